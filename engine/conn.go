@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ConnOptions describes one pooltop connection pool. Each role (workload,
+// reaper, CLI) gets its own application_name so pg_activity, pg_stat_activity
+// and the collector can tell them apart.
+type ConnOptions struct {
+	DSN              string        // URL or key=value; empty means the PG* environment variables
+	Schema           string        // schema holding the pool; default "public"
+	AppName          string        // application_name; default "pooltop"
+	MaxConns         int32         // pool size; default 16
+	LockTimeout      time.Duration // lock_timeout; default 2s (a claim never waits, but DDL and the blocking strategy may)
+	StatementTimeout time.Duration // statement_timeout; default 30s
+}
+
+var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// ValidSchema checks a --schema value. Only plain identifiers are accepted:
+// the name is used in search_path and in the migration table name.
+func ValidSchema(s string) error {
+	if !schemaName.MatchString(s) {
+		return invalid("schema %q: use letters, digits and underscores, starting with a letter or underscore", s)
+	}
+	return nil
+}
+
+// PoolConfig builds a pgxpool configuration from opts without connecting.
+func PoolConfig(opts ConnOptions) (*pgxpool.Config, error) {
+	if opts.Schema == "" {
+		opts.Schema = "public"
+	}
+	if err := ValidSchema(opts.Schema); err != nil {
+		return nil, err
+	}
+	if opts.AppName == "" {
+		opts.AppName = "pooltop"
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 16
+	}
+	if opts.LockTimeout == 0 {
+		opts.LockTimeout = 2 * time.Second
+	}
+	if opts.StatementTimeout == 0 {
+		opts.StatementTimeout = 30 * time.Second
+	}
+	cfg, err := pgxpool.ParseConfig(opts.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("parse --dsn: %s: give a URL such as postgres://user@host:5432/db or key=value pairs", scrubParseError(err))
+	}
+	cfg.MaxConns = opts.MaxConns
+	rp := cfg.ConnConfig.RuntimeParams
+	rp["application_name"] = opts.AppName
+	rp["lock_timeout"] = fmt.Sprint(opts.LockTimeout.Milliseconds())
+	rp["statement_timeout"] = fmt.Sprint(opts.StatementTimeout.Milliseconds())
+	rp["search_path"] = pgx.Identifier{opts.Schema}.Sanitize()
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	return cfg, nil
+}
+
+// Connect opens a pool and checks that the server answers, turning the usual
+// failures (refused, wrong password, no such database) into one clear line.
+func Connect(ctx context.Context, opts ConnOptions) (*pgxpool.Pool, error) {
+	cfg, err := PoolConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, ConnectError(cfg.ConnConfig, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, ConnectError(cfg.ConnConfig, err)
+	}
+	return pool, nil
+}
+
+// ConnectError rewrites a connection failure as "what, why, what to do",
+// naming the server and user but never the password.
+func ConnectError(cc *pgx.ConnConfig, err error) error {
+	where := fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "28P01":
+		return fmt.Errorf("connect to %s: password authentication failed: check the password in --dsn, DATABASE_URL or PGPASSWORD", where)
+	case errors.As(err, &pgErr) && pgErr.Code == "28000":
+		return fmt.Errorf("connect to %s: the server refused this user or host (%s): check pg_hba.conf and the user name", where, pgErr.Message)
+	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
+		return fmt.Errorf("connect to %s: database %q does not exist: create it or fix the database name in --dsn", where, cc.Database)
+	case errors.As(err, &pgErr):
+		return fmt.Errorf("connect to %s: %s (SQLSTATE %s)", where, pgErr.Message, pgErr.Code)
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("connect to %s: timed out: is the server running and reachable?", where)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "connection refused") {
+		return fmt.Errorf("connect to %s: connection refused: is PostgreSQL running there? (omit --dsn to start an embedded server)", where)
+	}
+	if strings.Contains(msg, "no such host") {
+		return fmt.Errorf("connect to %s: unknown host %q: fix the host in --dsn", where, cc.Host)
+	}
+	return fmt.Errorf("connect to %s: %s", where, Redact(msg, cc.Password))
+}
+
+// Redact removes a password from text. pgx already masks passwords in its
+// own messages; this is the last line of defence for anything we print.
+func Redact(text, password string) string {
+	if password == "" {
+		return text
+	}
+	return strings.ReplaceAll(text, password, "xxxxx")
+}
+
+var urlPassword = regexp.MustCompile(`(://[^:/@\s]*:)[^@\s]*@`)
+var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|\S+)`)
+
+// RedactDSN masks the password in a URL or key=value connection string.
+func RedactDSN(s string) string {
+	s = urlPassword.ReplaceAllString(s, "${1}xxxxx@")
+	return kvPassword.ReplaceAllString(s, "${1}xxxxx")
+}
+
+func scrubParseError(err error) string {
+	msg := RedactDSN(err.Error())
+	if p := os.Getenv("PGPASSWORD"); p != "" {
+		msg = Redact(msg, p)
+	}
+	return msg
+}

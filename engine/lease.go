@@ -1,0 +1,382 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// LeaseAcquireParams are the inputs of LeaseAcquire.
+type LeaseAcquireParams struct {
+	Holder   string        // who claims; recorded on the row and in the ledger
+	TTL      time.Duration // lease length from the database clock; ignored with NoLease
+	N        int           // how many ids to claim, 1..MaxBatch
+	Strategy Strategy
+	// NoLease claims rows PENDING without an expiry, as the seed's first
+	// version did: a crashed holder leaks the id forever.
+	NoLease bool
+}
+
+// The claim: the CTE locks up to $3 free rows, skipping locked ones, and the
+// UPDATE changes exactly those rows. MATERIALIZED makes the CTE run once, so
+// no plan can re-evaluate the LIMIT and claim more than $3 rows (PostgreSQL
+// BUG #15715 hit `WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)`).
+// FOR NO KEY UPDATE, not FOR UPDATE: it does not conflict with the FOR KEY
+// SHARE lock a ledger insert takes on its foreign key. ORDER BY id keeps the
+// planner on the partial index. $2 NULL gives no expiry (NoLease).
+const sqlAcquireSkipLocked = `
+WITH locked AS MATERIALIZED (
+    SELECT id FROM resource_pool
+    WHERE status = 'UNUSED'
+    ORDER BY id
+    LIMIT $3
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE resource_pool AS r
+SET status = 'PENDING',
+    holder = $1,
+    lease_token = r.lease_token + 1,
+    leased_until = clock_timestamp() + $2::bigint * interval '1 microsecond',
+    updated_at = clock_timestamp()
+FROM locked
+WHERE r.id = locked.id AND r.status = 'UNUSED'
+RETURNING r.id, r.identifier, r.lease_token, r.leased_until`
+
+// The blocking anti-pattern, first half: lock the first free rows and wait
+// for any that another transaction holds.
+const sqlAcquireBlockingSelect = `
+SELECT id FROM resource_pool
+WHERE status = 'UNUSED'
+ORDER BY id
+LIMIT $1
+FOR NO KEY UPDATE`
+
+// Second half of both the blocking and the optimistic strategies: update the
+// chosen rows if they are still free at the token that was read ($4 NULL
+// skips the version check: the blocking strategy already holds the locks).
+const sqlAcquireChosen = `
+UPDATE resource_pool AS r
+SET status = 'PENDING',
+    holder = $1,
+    lease_token = r.lease_token + 1,
+    leased_until = clock_timestamp() + $2::bigint * interval '1 microsecond',
+    updated_at = clock_timestamp()
+FROM unnest($3::bigint[], $4::bigint[]) AS c(id, token)
+WHERE r.id = c.id AND r.status = 'UNUSED' AND (c.token IS NULL OR r.lease_token = c.token)
+RETURNING r.id, r.identifier, r.lease_token, r.leased_until`
+
+// The optimistic read: no lock at all.
+const sqlAcquireOptimisticRead = `
+SELECT id, lease_token FROM resource_pool
+WHERE status = 'UNUSED'
+ORDER BY id
+LIMIT $1`
+
+// optimisticAttempts bounds the retries of one optimistic claim.
+const optimisticAttempts = 16
+
+// LeaseAcquire claims up to p.N free ids for p.Holder and returns their
+// leases, each with a token one higher than the row had. It returns
+// ErrPoolEmpty when nothing could be claimed.
+func (e *Engine) LeaseAcquire(ctx context.Context, p *LeaseAcquireParams) ([]Lease, error) {
+	if p.N <= 0 || p.N > MaxBatch {
+		return nil, invalid("n %d: claim between 1 and %d ids at a time", p.N, MaxBatch)
+	}
+	var ttl any
+	if !p.NoLease {
+		if err := checkTTL(p.TTL); err != nil {
+			return nil, err
+		}
+		ttl = durationMicros(p.TTL)
+	}
+	if p.Holder == "" {
+		return nil, invalid("holder is empty: name who holds the lease")
+	}
+	var (
+		leases []Lease
+		err    error
+	)
+	switch p.Strategy {
+	case SkipLocked:
+		leases, err = e.acquireRows(ctx, e.db, sqlAcquireSkipLocked, p.Holder, ttl, p.N)
+	case Blocking:
+		leases, err = e.acquireBlocking(ctx, p, ttl)
+	case Optimistic:
+		leases, err = e.acquireOptimistic(ctx, p, ttl)
+	default:
+		return nil, invalid("strategy %d unknown", p.Strategy)
+	}
+	if err != nil {
+		return nil, dbError(fmt.Sprintf("acquire (%s)", p.Strategy), err)
+	}
+	if len(leases) == 0 {
+		return nil, ErrPoolEmpty
+	}
+	if len(leases) > p.N {
+		// Would be a bug in the SQL above; never hand out more than asked.
+		return nil, fmt.Errorf("acquire (%s): claimed %d rows for n=%d", p.Strategy, len(leases), p.N)
+	}
+	for i := range leases {
+		leases[i].Holder = p.Holder
+	}
+	return leases, nil
+}
+
+func (e *Engine) acquireRows(ctx context.Context, db DBTX, sql string, args ...any) ([]Lease, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanLease)
+}
+
+func scanLease(row pgx.CollectableRow) (Lease, error) {
+	var l Lease
+	err := row.Scan(&l.ID, &l.Identifier, &l.Token, &l.LeasedUntil)
+	return l, err
+}
+
+func (e *Engine) acquireBlocking(ctx context.Context, p *LeaseAcquireParams, ttl any) ([]Lease, error) {
+	var leases []Lease
+	err := pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, sqlAcquireBlockingSelect, p.N)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		tokens := make([]*int64, len(ids))
+		leases, err = e.acquireRows(ctx, tx, sqlAcquireChosen, p.Holder, ttl, ids, tokens)
+		return err
+	})
+	return leases, err
+}
+
+func (e *Engine) acquireOptimistic(ctx context.Context, p *LeaseAcquireParams, ttl any) ([]Lease, error) {
+	for attempt := 0; attempt < optimisticAttempts; attempt++ {
+		if attempt > 0 {
+			e.stats.retries.Add(1)
+		}
+		rows, err := e.db.Query(ctx, sqlAcquireOptimisticRead, p.N)
+		if err != nil {
+			return nil, err
+		}
+		var ids, tokens []int64
+		for rows.Next() {
+			var id, tok int64
+			if err := rows.Scan(&id, &tok); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			ids = append(ids, id)
+			tokens = append(tokens, tok)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		if len(ids) == 0 {
+			return nil, nil
+		}
+		leases, err := e.acquireRows(ctx, e.db, sqlAcquireChosen, p.Holder, ttl, ids, tokens)
+		if err != nil {
+			return nil, err
+		}
+		e.stats.conflicts.Add(int64(len(ids) - len(leases)))
+		if len(leases) > 0 {
+			return leases, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return nil, ErrContended
+}
+
+// LeaseRenewParams are the inputs of LeaseRenew.
+type LeaseRenewParams struct {
+	ID    int64
+	Token int64
+	TTL   time.Duration // the new lease runs TTL from now on the database clock
+}
+
+// Renew extends a live lease. The token does not change: the owner does not.
+// An expired lease cannot be renewed, even if nobody reaped it yet.
+const sqlRenew = `
+UPDATE resource_pool
+SET leased_until = clock_timestamp() + $3::bigint * interval '1 microsecond',
+    updated_at = clock_timestamp()
+WHERE id = $1 AND lease_token = $2 AND status = 'PENDING'
+  AND (leased_until IS NULL OR leased_until > clock_timestamp())
+RETURNING id, identifier, lease_token, leased_until, coalesce(holder, '')`
+
+// LeaseRenew extends the lease (ID, Token) by TTL from now.
+func (e *Engine) LeaseRenew(ctx context.Context, p *LeaseRenewParams) (Lease, error) {
+	if err := checkLeaseRef(p.ID, p.Token); err != nil {
+		return Lease{}, err
+	}
+	if err := checkTTL(p.TTL); err != nil {
+		return Lease{}, err
+	}
+	return e.casLease(ctx, "renew", p.ID, p.Token, sqlRenew, p.ID, p.Token, durationMicros(p.TTL))
+}
+
+// LeaseReleaseParams are the inputs of LeaseRelease.
+type LeaseReleaseParams struct {
+	ID    int64
+	Token int64
+}
+
+// Release returns the id to the pool and bumps the token, so that the old
+// holder's token is stale from now on. A lease that expired but was not yet
+// reaped may still be released by its holder: nobody else owns it.
+const sqlRelease = `
+UPDATE resource_pool
+SET status = 'UNUSED', holder = NULL, leased_until = NULL,
+    lease_token = lease_token + 1, updated_at = clock_timestamp()
+WHERE id = $1 AND lease_token = $2 AND status = 'PENDING'
+RETURNING id, identifier, lease_token, leased_until, ''`
+
+// LeaseRelease gives the id back to the pool; the returned lease carries the
+// new (bumped) token and no holder.
+func (e *Engine) LeaseRelease(ctx context.Context, p *LeaseReleaseParams) (Lease, error) {
+	if err := checkLeaseRef(p.ID, p.Token); err != nil {
+		return Lease{}, err
+	}
+	return e.casLease(ctx, "release", p.ID, p.Token, sqlRelease, p.ID, p.Token)
+}
+
+// LeaseTransferParams are the inputs of LeaseTransfer.
+type LeaseTransferParams struct {
+	ID    int64
+	Token int64
+	To    string        // the new holder
+	TTL   time.Duration // 0 keeps the current expiry; otherwise a fresh lease of TTL
+}
+
+// Transfer hands a live lease to another holder with a higher token (seed
+// 002): the old holder's token is stale from now on.
+const sqlTransfer = `
+UPDATE resource_pool
+SET holder = $3, lease_token = lease_token + 1,
+    leased_until = CASE WHEN $4::bigint IS NULL THEN leased_until
+                        ELSE clock_timestamp() + $4::bigint * interval '1 microsecond' END,
+    updated_at = clock_timestamp()
+WHERE id = $1 AND lease_token = $2 AND status = 'PENDING'
+  AND (leased_until IS NULL OR leased_until > clock_timestamp())
+RETURNING id, identifier, lease_token, leased_until, coalesce(holder, '')`
+
+// LeaseTransfer moves a live lease to p.To and returns it with its new token.
+func (e *Engine) LeaseTransfer(ctx context.Context, p *LeaseTransferParams) (Lease, error) {
+	if err := checkLeaseRef(p.ID, p.Token); err != nil {
+		return Lease{}, err
+	}
+	if p.To == "" {
+		return Lease{}, invalid("transfer to an empty holder")
+	}
+	var ttl any
+	if p.TTL != 0 {
+		if err := checkTTL(p.TTL); err != nil {
+			return Lease{}, err
+		}
+		ttl = durationMicros(p.TTL)
+	}
+	return e.casLease(ctx, "transfer", p.ID, p.Token, sqlTransfer, p.ID, p.Token, p.To, ttl)
+}
+
+func (e *Engine) casLease(ctx context.Context, op string, id, token int64, sql string, args ...any) (Lease, error) {
+	var l Lease
+	err := e.db.QueryRow(ctx, sql, args...).Scan(&l.ID, &l.Identifier, &l.Token, &l.LeasedUntil, &l.Holder)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, e.whyLost(ctx, op, id, token)
+	}
+	if err != nil {
+		return Lease{}, dbError(fmt.Sprintf("%s id %d", op, id), err)
+	}
+	return l, nil
+}
+
+// Row is one resource_pool row as `pooltop lease show` prints it.
+type Row struct {
+	ID          int64      `json:"id"`
+	Identifier  string     `json:"identifier"`
+	Status      string     `json:"status"`
+	Token       int64      `json:"token"`
+	LeasedUntil *time.Time `json:"leased_until"`
+	Holder      *string    `json:"holder"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	Expired     bool       `json:"expired"` // PENDING with a lease that has passed (database clock)
+	Effects     int        `json:"effects"` // rows in business_ledger for this id
+}
+
+const sqlShow = `
+SELECT id, identifier, status, lease_token, leased_until, holder, updated_at,
+       status = 'PENDING' AND leased_until IS NOT NULL AND leased_until <= clock_timestamp(),
+       (SELECT count(*) FROM business_ledger b WHERE b.resource_id = r.id)
+FROM resource_pool r WHERE id = $1`
+
+// Show reads one row with its lease state and number of ledger effects.
+func (e *Engine) Show(ctx context.Context, id int64) (Row, error) {
+	if id <= 0 {
+		return Row{}, invalid("id %d: ids are positive", id)
+	}
+	var r Row
+	err := e.db.QueryRow(ctx, sqlShow, id).Scan(&r.ID, &r.Identifier, &r.Status, &r.Token,
+		&r.LeasedUntil, &r.Holder, &r.UpdatedAt, &r.Expired, &r.Effects)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Row{}, &LeaseError{Op: "show", ID: id, Err: ErrNotFound}
+	}
+	if err != nil {
+		return Row{}, dbError(fmt.Sprintf("show id %d", id), err)
+	}
+	return r, nil
+}
+
+const sqlWhy = `
+SELECT status, lease_token, leased_until, coalesce(holder, ''),
+       leased_until IS NOT NULL AND leased_until <= clock_timestamp()
+FROM resource_pool WHERE id = $1`
+
+// whyLost reads the row after a compare-and-set changed nothing and says why.
+// It is only an explanation: the decision was already made by the statement.
+func (e *Engine) whyLost(ctx context.Context, op string, id, token int64) error {
+	le := &LeaseError{Op: op, ID: id, Token: token}
+	var expired bool
+	err := e.db.QueryRow(ctx, sqlWhy, id).Scan(&le.Status, &le.CurrentToken, &le.LeasedUntil, &le.Holder, &expired)
+	if errors.Is(err, pgx.ErrNoRows) {
+		le.Err = ErrNotFound
+		return le
+	}
+	if err != nil {
+		return dbError(fmt.Sprintf("%s id %d: lease not changed; reading why failed", op, id), err)
+	}
+	switch {
+	case token < le.CurrentToken:
+		le.Err = ErrStaleToken
+		le.Reason = fmt.Sprintf("the id has moved on to token %d (%s)", le.CurrentToken, describe(le))
+	case token > le.CurrentToken:
+		le.Err = ErrStaleToken
+		le.Reason = fmt.Sprintf("token %d was never issued; the id is at token %d", token, le.CurrentToken)
+	case le.Status == "CONSUMED":
+		le.Err = ErrLeaseLost
+		le.Reason = "the id is already consumed"
+	case le.Status == "PENDING" && expired:
+		le.Err = ErrLeaseLost
+		le.Reason = fmt.Sprintf("the lease expired at %s and awaits the reaper", le.LeasedUntil.UTC().Format(time.RFC3339Nano))
+	default:
+		le.Err = ErrLeaseLost
+		le.Reason = fmt.Sprintf("the id is %s", describe(le))
+	}
+	return le
+}
+
+func describe(le *LeaseError) string {
+	if le.Holder != "" {
+		return fmt.Sprintf("%s, held by %q", le.Status, le.Holder)
+	}
+	return le.Status
+}

@@ -1,0 +1,158 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(&pgtestRunner{m})
+}
+
+// pgtestRunner lets goleak check for leaks after pgtest has stopped the server.
+type pgtestRunner struct{ m *testing.M }
+
+func (r *pgtestRunner) Run() int { return pgtest.Run(r.m) }
+
+// bundle is what setup returns: the engine under test and its collaborators.
+type bundle struct {
+	ctx    context.Context
+	eng    *engine.Engine
+	pool   *pgxpool.Pool
+	schema string
+}
+
+// setup gives the test a migrated schema of its own with size free ids.
+func setup(t *testing.T, size int) *bundle {
+	t.Helper()
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	schema := pgtest.MigratedSchema(t)
+	pool := pgtest.Pool(t, schema, pgtest.Options{MaxConns: 40})
+	eng := engine.New(pool)
+	if size > 0 {
+		if _, err := eng.Seed(ctx, size); err != nil {
+			t.Fatalf("seed: %v", err)
+		}
+	}
+	return &bundle{ctx: ctx, eng: eng, pool: pool, schema: schema}
+}
+
+func (b *bundle) acquire(t *testing.T, holder string, ttl time.Duration) engine.Lease {
+	t.Helper()
+	ls, err := b.eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{Holder: holder, TTL: ttl, N: 1})
+	if err != nil {
+		t.Fatalf("acquire for %s: %v", holder, err)
+	}
+	return ls[0]
+}
+
+// dbNow reads the database clock, the only clock leases are judged by.
+func (b *bundle) dbNow(t *testing.T) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := b.pool.QueryRow(b.ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// waitExpired polls the database clock until the lease has passed.
+func (b *bundle) waitExpired(t *testing.T, l engine.Lease) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var expired bool
+		if err := b.pool.QueryRow(b.ctx, "SELECT clock_timestamp() > $1", l.LeasedUntil).Scan(&expired); err != nil {
+			t.Fatal(err)
+		}
+		if expired {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease of id %d did not expire by the database clock within 10s", l.ID)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// row reads status, token and holder of one id.
+func (b *bundle) row(t *testing.T, id int64) engine.Row {
+	t.Helper()
+	r, err := b.eng.Show(b.ctx, id)
+	if err != nil {
+		t.Fatalf("show %d: %v", id, err)
+	}
+	return r
+}
+
+func (b *bundle) effects(t *testing.T, id int64) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM business_ledger WHERE resource_id = $1", id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitLockWaiter polls pg_stat_activity until a session of appName waits on a lock.
+func (b *bundle) waitLockWaiter(t *testing.T, appName string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND application_name = $1`, appName).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no session of %s waited on a lock within 10s", appName)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// audit checks conservation: every id has a known status, every CONSUMED id
+// exactly one effect, no effect on an id that is not CONSUMED.
+func (b *bundle) audit(t *testing.T, wantTotal int) {
+	t.Helper()
+	var total, bad, consumedWithout, multi, orphanEffects int
+	err := b.pool.QueryRow(b.ctx, `
+SELECT (SELECT count(*) FROM resource_pool),
+       (SELECT count(*) FROM resource_pool WHERE status NOT IN ('UNUSED','PENDING','CONSUMED')),
+       (SELECT count(*) FROM resource_pool r WHERE status = 'CONSUMED'
+           AND NOT EXISTS (SELECT 1 FROM business_ledger b WHERE b.resource_id = r.id)),
+       (SELECT count(*) FROM (SELECT resource_id FROM business_ledger GROUP BY 1 HAVING count(*) > 1) d),
+       (SELECT count(*) FROM business_ledger b JOIN resource_pool r ON r.id = b.resource_id
+           WHERE r.status <> 'CONSUMED')`).Scan(&total, &bad, &consumedWithout, &multi, &orphanEffects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != wantTotal || bad != 0 || consumedWithout != 0 || multi != 0 || orphanEffects != 0 {
+		t.Fatalf("conservation broken: total %d (want %d), bad status %d, consumed without effect %d, ids with several effects %d, effects on non-consumed ids %d",
+			total, wantTotal, bad, consumedWithout, multi, orphanEffects)
+	}
+}
+
+func bg() context.Context { return context.Background() }
+
+// seedOne adds one free id named after i.
+func (b *bundle) seedOne(t *testing.T, i int) {
+	t.Helper()
+	if _, err := b.pool.Exec(b.ctx, "INSERT INTO resource_pool (identifier) VALUES ($1)", fmt.Sprint("race-", i)); err != nil {
+		t.Fatal(err)
+	}
+}

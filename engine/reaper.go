@@ -1,0 +1,259 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// LeaseReapParams are the inputs of LeaseReap.
+type LeaseReapParams struct {
+	Batch int           // at most this many rows per statement, 1..MaxBatch
+	Grace time.Duration // reclaim only leases expired for longer than this
+	// Now replaces the database clock for the expiry test; tests use it to
+	// hit boundaries exactly. Nil means clock_timestamp().
+	Now *time.Time
+}
+
+// ReapResult is what one reap statement reclaimed.
+type ReapResult struct {
+	Reclaimed int           `json:"reclaimed"`
+	IDs       []int64       `json:"-"`
+	MaxLag    time.Duration `json:"-"` // longest time a reclaimed lease had been expired
+}
+
+// The reaper returns expired leases to the pool in short batches, skipping
+// rows a worker has locked (a commit or renew in flight wins; the next pass
+// sees the row again), re-checking the expiry in the UPDATE itself, and
+// bumping the token so the old holder is fenced out.
+const sqlReap = `
+WITH expired AS MATERIALIZED (
+    SELECT id, leased_until FROM resource_pool
+    WHERE status = 'PENDING'
+      AND leased_until < coalesce($1::timestamptz, clock_timestamp()) - $2::bigint * interval '1 microsecond'
+    ORDER BY leased_until
+    LIMIT $3
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE resource_pool AS r
+SET status = 'UNUSED', holder = NULL, leased_until = NULL,
+    lease_token = r.lease_token + 1, updated_at = clock_timestamp()
+FROM expired
+WHERE r.id = expired.id AND r.status = 'PENDING'
+  AND r.leased_until < coalesce($1::timestamptz, clock_timestamp()) - $2::bigint * interval '1 microsecond'
+RETURNING r.id, (extract(epoch FROM coalesce($1::timestamptz, clock_timestamp()) - expired.leased_until) * 1e6)::bigint`
+
+// LeaseReap reclaims up to Batch expired leases in one short statement.
+func (e *Engine) LeaseReap(ctx context.Context, p *LeaseReapParams) (ReapResult, error) {
+	if p.Batch <= 0 || p.Batch > MaxBatch {
+		return ReapResult{}, invalid("batch %d: reap between 1 and %d rows per statement", p.Batch, MaxBatch)
+	}
+	if p.Grace < 0 {
+		return ReapResult{}, invalid("grace %v: must not be negative", p.Grace)
+	}
+	rows, err := e.db.Query(ctx, sqlReap, p.Now, durationMicros(p.Grace), p.Batch)
+	if err != nil {
+		return ReapResult{}, dbError("reap", err)
+	}
+	defer rows.Close()
+	var res ReapResult
+	for rows.Next() {
+		var id, lagMicros int64
+		if err := rows.Scan(&id, &lagMicros); err != nil {
+			return ReapResult{}, fmt.Errorf("reap: %w", err)
+		}
+		res.IDs = append(res.IDs, id)
+		if lag := time.Duration(lagMicros) * time.Microsecond; lag > res.MaxLag {
+			res.MaxLag = lag
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return ReapResult{}, dbError("reap", err)
+	}
+	res.Reclaimed = len(res.IDs)
+	return res, nil
+}
+
+// ReaperConfig configures a Reaper. Zero fields take the defaults.
+type ReaperConfig struct {
+	Interval time.Duration // between passes; default 1s
+	Batch    int           // rows per statement; default 1000
+	Grace    time.Duration // extra time past expiry before reclaiming; default 0
+	// MaxBatches bounds one pass, so a huge backlog is worked off over
+	// several passes instead of one long burst; default 100.
+	MaxBatches int
+	// OnReap, if set, is called after every statement that reclaimed rows.
+	// It runs on the reaper's goroutine and must not block.
+	OnReap func(ReapResult)
+}
+
+func (c *ReaperConfig) withDefaults() ReaperConfig {
+	out := *c
+	if out.Interval == 0 {
+		out.Interval = time.Second
+	}
+	if out.Batch == 0 {
+		out.Batch = 1000
+	}
+	if out.MaxBatches == 0 {
+		out.MaxBatches = 100
+	}
+	return out
+}
+
+func (c ReaperConfig) validate() error {
+	switch {
+	case c.Interval < 10*time.Millisecond:
+		return invalid("reaper interval %v: at least 10ms", c.Interval)
+	case c.Batch <= 0 || c.Batch > MaxBatch:
+		return invalid("reaper batch %d: between 1 and %d", c.Batch, MaxBatch)
+	case c.Grace < 0:
+		return invalid("reaper grace %v: must not be negative", c.Grace)
+	case c.MaxBatches <= 0:
+		return invalid("reaper max batches %d: must be positive", c.MaxBatches)
+	}
+	return nil
+}
+
+// ReaperStats are the reaper's counters since it was created.
+type ReaperStats struct {
+	Passes    int64
+	Reclaimed int64
+	Errors    int64
+	MaxLag    time.Duration // longest expiry-to-reclaim lag seen
+	LastError error
+}
+
+// Reaper is the background service that returns expired leases to the pool.
+// Start runs passes every Interval until Stop; RunOnce runs one pass and is
+// what tests call instead of sleeping.
+type Reaper struct {
+	engine *Engine
+	cfg    atomic.Pointer[ReaperConfig]
+
+	passes, reclaimed, errs, maxLag atomic.Int64
+	lastErr                         atomic.Pointer[error]
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewReaper validates cfg (after applying defaults) and returns a stopped reaper.
+func (e *Engine) NewReaper(cfg ReaperConfig) (*Reaper, error) {
+	r := &Reaper{engine: e}
+	if err := r.SetConfig(cfg); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// SetConfig changes the configuration; a running reaper uses it from its next pass.
+func (r *Reaper) SetConfig(cfg ReaperConfig) error {
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return err
+	}
+	r.cfg.Store(&c)
+	return nil
+}
+
+// Config returns the configuration in force.
+func (r *Reaper) Config() ReaperConfig { return *r.cfg.Load() }
+
+// RunOnce reclaims expired leases batch by batch until a batch comes back
+// short or MaxBatches ran, and returns how many rows it reclaimed.
+func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
+	cfg := r.Config()
+	total := 0
+	r.passes.Add(1)
+	for i := 0; i < cfg.MaxBatches; i++ {
+		res, err := r.engine.LeaseReap(ctx, &LeaseReapParams{Batch: cfg.Batch, Grace: cfg.Grace})
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				r.errs.Add(1)
+				r.lastErr.Store(&err)
+			}
+			return total, err
+		}
+		total += res.Reclaimed
+		r.reclaimed.Add(int64(res.Reclaimed))
+		for {
+			old := r.maxLag.Load()
+			if int64(res.MaxLag) <= old || r.maxLag.CompareAndSwap(old, int64(res.MaxLag)) {
+				break
+			}
+		}
+		if res.Reclaimed > 0 && cfg.OnReap != nil {
+			cfg.OnReap(res)
+		}
+		if res.Reclaimed < cfg.Batch {
+			break
+		}
+	}
+	return total, nil
+}
+
+// Start runs passes in the background until Stop or ctx ends. Starting a
+// running reaper does nothing.
+func (r *Reaper) Start(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done != nil {
+		return
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan struct{})
+	go r.loop(ctx, r.done)
+}
+
+func (r *Reaper) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		_, _ = r.RunOnce(ctx) // errors are counted in Stats
+		timer.Reset(r.Config().Interval)
+	}
+}
+
+// Stop ends the background loop and waits for the pass in flight.
+func (r *Reaper) Stop() {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.cancel, r.done = nil, nil
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// Running reports whether the background loop is on.
+func (r *Reaper) Running() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.done != nil
+}
+
+// Stats returns the counters.
+func (r *Reaper) Stats() ReaperStats {
+	s := ReaperStats{
+		Passes:    r.passes.Load(),
+		Reclaimed: r.reclaimed.Load(),
+		Errors:    r.errs.Load(),
+		MaxLag:    time.Duration(r.maxLag.Load()),
+	}
+	if p := r.lastErr.Load(); p != nil {
+		s.LastError = *p
+	}
+	return s
+}
