@@ -1,0 +1,268 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pooltop-dev/pooltop/engine"
+)
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	return enc.Encode(v)
+}
+
+// leaseFlags are the flags of the lease subcommands.
+type leaseFlags struct {
+	holder, to, requestID, payload, strategy string
+	ttl, grace                               time.Duration
+	n, batch                                 int
+	id, token                                int64
+	noLease, noFence                         bool
+}
+
+func newLeaseCmd(g *globals) *cobra.Command {
+	f := &leaseFlags{}
+	lease := &cobra.Command{
+		Use:   "lease",
+		Short: "Drive the lease engine by hand: acquire, renew, release, transfer, commit, reap, show",
+		Long: `Drive the lease engine by hand. This is also how an on-call engineer frees
+or hands over a stuck lease. Commands that write refuse a database without
+the pooltop marker unless --allow-writes is given.
+
+` + exitCodesHelp,
+	}
+	lease.PersistentFlags().BoolVar(&g.jsonOut, "json", false, "print JSON")
+	lease.PersistentFlags().BoolVar(&g.allowWrites, "allow-writes", false, "write even if the database lacks the pooltop marker")
+
+	// withEngine opens the database for a lease subcommand and runs fn.
+	withEngine := func(cmd *cobra.Command, write bool, fn func(*database) error) error {
+		d, err := g.open(cmd.Context(), openOptions{appName: "pooltop-lease", maxConns: 2, write: write, seedEmbedded: 1000})
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return fn(d)
+	}
+	printLeases := func(ls []engine.Lease) error {
+		if g.jsonOut {
+			return writeJSON(g.stdout, ls)
+		}
+		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tIDENTIFIER\tTOKEN\tHOLDER\tLEASED UNTIL")
+		for _, l := range ls {
+			until := "never (no lease)"
+			if l.LeasedUntil != nil {
+				until = l.LeasedUntil.UTC().Format(time.RFC3339Nano)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", l.ID, l.Identifier, l.Token, l.Holder, until)
+		}
+		return tw.Flush()
+	}
+	idTok := func(c *cobra.Command) {
+		c.Flags().Int64Var(&f.id, "id", 0, "resource id (required)")
+		c.Flags().Int64Var(&f.token, "token", -1, "fencing token of the lease (required)")
+	}
+	need := func(c *cobra.Command, names ...string) error {
+		for _, n := range names {
+			if !c.Flags().Changed(n) {
+				return usageError{fmt.Errorf("%s: --%s is required: see '%s --help'", c.CommandPath(), n, c.CommandPath())}
+			}
+		}
+		return nil
+	}
+
+	acquire := &cobra.Command{
+		Use:   "acquire",
+		Short: "Claim up to --n free ids for --holder under a --ttl lease",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			required := []string{"holder", "ttl"}
+			if f.noLease {
+				required = required[:1]
+			}
+			if err := need(cmd, required...); err != nil {
+				return err
+			}
+			st, err := engine.ParseStrategy(f.strategy)
+			if err != nil {
+				return usageError{err}
+			}
+			return withEngine(cmd, true, func(d *database) error {
+				ls, err := d.eng.LeaseAcquire(cmd.Context(), &engine.LeaseAcquireParams{
+					Holder: f.holder, TTL: f.ttl, N: f.n, Strategy: st, NoLease: f.noLease})
+				if err != nil {
+					return err
+				}
+				return printLeases(ls)
+			})
+		},
+	}
+	acquire.Flags().StringVar(&f.holder, "holder", "", "who holds the lease (required)")
+	acquire.Flags().DurationVar(&f.ttl, "ttl", 0, "lease length, e.g. 30s (required; judged by the database clock)")
+	acquire.Flags().IntVar(&f.n, "n", 1, fmt.Sprintf("how many ids to claim in one statement (1..%d)", engine.MaxBatch))
+	acquire.Flags().StringVar(&f.strategy, "strategy", "skip-locked", "skip-locked, blocking or optimistic")
+	acquire.Flags().BoolVar(&f.noLease, "no-lease", false, "claim without an expiry (the leak the reaper cannot fix)")
+
+	renew := &cobra.Command{
+		Use:   "renew",
+		Short: "Extend a live lease by --ttl from now (the token does not change)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := need(cmd, "id", "token", "ttl"); err != nil {
+				return err
+			}
+			return withEngine(cmd, true, func(d *database) error {
+				l, err := d.eng.LeaseRenew(cmd.Context(), &engine.LeaseRenewParams{ID: f.id, Token: f.token, TTL: f.ttl})
+				if err != nil {
+					return err
+				}
+				if g.jsonOut {
+					return writeJSON(g.stdout, l)
+				}
+				return printLeases([]engine.Lease{l})
+			})
+		},
+	}
+	idTok(renew)
+	renew.Flags().DurationVar(&f.ttl, "ttl", 0, "new lease length from now (required)")
+
+	release := &cobra.Command{
+		Use:   "release",
+		Short: "Return a leased id to the pool (its token is bumped: the old one is stale)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := need(cmd, "id", "token"); err != nil {
+				return err
+			}
+			return withEngine(cmd, true, func(d *database) error {
+				l, err := d.eng.LeaseRelease(cmd.Context(), &engine.LeaseReleaseParams{ID: f.id, Token: f.token})
+				if err != nil {
+					return err
+				}
+				if g.jsonOut {
+					return writeJSON(g.stdout, map[string]any{"id": l.ID, "identifier": l.Identifier, "token": l.Token, "status": "UNUSED"})
+				}
+				fmt.Fprintf(g.stdout, "released id %d (%s); it is UNUSED at token %d\n", l.ID, l.Identifier, l.Token)
+				return nil
+			})
+		},
+	}
+	idTok(release)
+
+	transfer := &cobra.Command{
+		Use:   "transfer",
+		Short: "Hand a live lease to --to; the new holder gets a higher token",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := need(cmd, "id", "token", "to"); err != nil {
+				return err
+			}
+			return withEngine(cmd, true, func(d *database) error {
+				l, err := d.eng.LeaseTransfer(cmd.Context(), &engine.LeaseTransferParams{ID: f.id, Token: f.token, To: f.to, TTL: f.ttl})
+				if err != nil {
+					return err
+				}
+				if g.jsonOut {
+					return writeJSON(g.stdout, l)
+				}
+				return printLeases([]engine.Lease{l})
+			})
+		},
+	}
+	idTok(transfer)
+	transfer.Flags().StringVar(&f.to, "to", "", "the new holder (required)")
+	transfer.Flags().DurationVar(&f.ttl, "ttl", 0, "give the new holder a fresh lease of this length (default: keep the expiry)")
+
+	commit := &cobra.Command{
+		Use:   "commit",
+		Short: "Record the effect in business_ledger and consume the id, fenced on --token",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := need(cmd, "id", "token", "request-id"); err != nil {
+				return err
+			}
+			return withEngine(cmd, true, func(d *database) error {
+				res, err := d.eng.LeaseCommit(cmd.Context(), &engine.LeaseCommitParams{
+					ID: f.id, Token: f.token, Holder: f.holder, RequestID: f.requestID, Payload: f.payload, NoFence: f.noFence})
+				if err != nil {
+					return err
+				}
+				if g.jsonOut {
+					return writeJSON(g.stdout, res)
+				}
+				verb := "committed"
+				if res.Replayed {
+					verb = "already committed (replay, nothing written)"
+				}
+				fmt.Fprintf(g.stdout, "%s: id %d token %d request %q ledger row %d at %s\n", verb, res.ResourceID, res.Token,
+					res.RequestID, res.LedgerID, res.CommittedAt.UTC().Format(time.RFC3339Nano))
+				return nil
+			})
+		},
+	}
+	idTok(commit)
+	commit.Flags().StringVar(&f.requestID, "request-id", "", "idempotency key of the effect (required)")
+	commit.Flags().StringVar(&f.payload, "payload", "", "the effect's payload")
+	commit.Flags().StringVar(&f.holder, "holder", "", "who commits (recorded in the ledger)")
+	commit.Flags().BoolVar(&f.noFence, "no-fence", false, "skip the token check (the split-brain demo: never in production)")
+
+	reap := &cobra.Command{
+		Use:   "reap",
+		Short: "Return up to --batch expired leases to the pool, once",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withEngine(cmd, true, func(d *database) error {
+				res, err := d.eng.LeaseReap(cmd.Context(), &engine.LeaseReapParams{Batch: f.batch, Grace: f.grace})
+				if err != nil {
+					return err
+				}
+				if g.jsonOut {
+					return writeJSON(g.stdout, map[string]any{"reclaimed": res.Reclaimed})
+				}
+				fmt.Fprintf(g.stdout, "reclaimed %d expired leases\n", res.Reclaimed)
+				return nil
+			})
+		},
+	}
+	reap.Flags().IntVar(&f.batch, "batch", 1000, fmt.Sprintf("at most this many rows (1..%d)", engine.MaxBatch))
+	reap.Flags().DurationVar(&f.grace, "grace", 0, "only leases expired for longer than this")
+
+	show := &cobra.Command{
+		Use:   "show",
+		Short: "Print one row: status, token, holder, lease and number of effects",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := need(cmd, "id"); err != nil {
+				return err
+			}
+			return withEngine(cmd, false, func(d *database) error {
+				r, err := d.eng.Show(cmd.Context(), f.id)
+				if err != nil {
+					return err
+				}
+				if g.jsonOut {
+					return writeJSON(g.stdout, r)
+				}
+				until, holder := "-", "-"
+				if r.LeasedUntil != nil {
+					until = r.LeasedUntil.UTC().Format(time.RFC3339Nano)
+					if r.Expired {
+						until += " (expired)"
+					}
+				} else if r.Status == "PENDING" {
+					until = "never (no lease: only a person or a release frees it)"
+				}
+				if r.Holder != nil {
+					holder = *r.Holder
+				}
+				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintf(tw, "id\t%d\nidentifier\t%s\nstatus\t%s\ntoken\t%d\nholder\t%s\nleased until\t%s\nupdated at\t%s\neffects\t%d\n",
+					r.ID, r.Identifier, r.Status, r.Token, holder, until, r.UpdatedAt.UTC().Format(time.RFC3339Nano), r.Effects)
+				return tw.Flush()
+			})
+		},
+	}
+	show.Flags().Int64Var(&f.id, "id", 0, "resource id (required)")
+
+	lease.AddCommand(acquire, renew, release, transfer, commit, reap, show)
+	return lease
+}

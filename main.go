@@ -1,0 +1,163 @@
+// Command pooltop is a lease engine for a PostgreSQL resource pool and a
+// terminal dashboard that shows such a pool live. This file holds the
+// command tree and wires the packages together; the work is done in engine/,
+// migrations/ and internal/pgembed.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/pooltop-dev/pooltop/engine"
+)
+
+// Exit codes. Scripts tell "rejected by the lease or the fence" from
+// "broken" by these; they are documented in the README and in --help.
+const (
+	exitOK         = 0
+	exitError      = 1 // anything broken: bad connection, SQL error, missing schema
+	exitUsage      = 2 // bad flags or arguments
+	exitLeaseLost  = 3 // the lease is no longer the caller's (expired, consumed, not held)
+	exitStaleToken = 4 // the fence rejected the token: the id moved on to a newer one
+	exitPoolEmpty  = 5 // no UNUSED id could be claimed
+)
+
+const exitCodesHelp = `Exit codes: 0 ok, 1 error, 2 usage, 3 lease lost (expired, consumed or
+not held), 4 stale token (rejected by the fence), 5 pool empty.`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// usageError marks errors in how pooltop was called (exit 2).
+type usageError struct{ error }
+
+// run executes one command line and returns the exit code. Deferred cleanup
+// (the embedded server above all) has run by the time it returns.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := newRootCmd(g)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(stderr, "pooltop: "+oneLine(g.redact(err.Error())))
+	var ue usageError
+	switch {
+	case errors.As(err, &ue):
+		return exitUsage
+	case errors.Is(err, engine.ErrStaleToken):
+		return exitStaleToken
+	case errors.Is(err, engine.ErrLeaseLost):
+		return exitLeaseLost
+	case errors.Is(err, engine.ErrPoolEmpty):
+		return exitPoolEmpty
+	case errors.Is(err, engine.ErrInvalidArgument):
+		return exitUsage
+	}
+	return exitError
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// globals are the flags every command shares.
+type globals struct {
+	dsn         string
+	schema      string
+	jsonOut     bool
+	allowWrites bool
+	stdout      io.Writer
+	stderr      io.Writer
+}
+
+// redact removes the password of the DSN in use from any text we print.
+func (g *globals) redact(s string) string {
+	s = engine.RedactDSN(s)
+	for _, p := range []string{passwordOf(g.resolvedDSN()), os.Getenv("PGPASSWORD")} {
+		if len(p) >= 3 {
+			s = engine.Redact(s, p)
+		}
+	}
+	return s
+}
+
+func passwordOf(dsn string) string {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return ""
+	}
+	return cfg.Password
+}
+
+func newRootCmd(g *globals) *cobra.Command {
+	demo := &demoOptions{}
+	root := &cobra.Command{
+		Use:   "pooltop",
+		Short: "A lease engine and live dashboard for a PostgreSQL resource pool",
+		Long: `pooltop runs and shows a PostgreSQL resource pool: workers claim ids with
+FOR UPDATE SKIP LOCKED, hold them under a time lease and commit their effect
+through a fencing token; a reaper returns expired leases to the pool.
+
+With no command, pooltop starts the demo: a private PostgreSQL (unless --dsn
+is given), the schema, a pool of ids and the reaper.
+
+The database comes from --dsn, else DATABASE_URL, else the standard PG*
+variables (PGHOST, PGUSER, …); with none of them, an embedded PostgreSQL is
+started from the system's binaries and removed on exit.
+
+` + exitCodesHelp,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+		SilenceErrors:     true,
+		Args:              cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDemo(cmd.Context(), g, demo)
+		},
+	}
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%w: see '%s --help'", err, cmd.CommandPath())}
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.dsn, "dsn", "", "PostgreSQL URL or key=value string (default: $DATABASE_URL, the PG* variables, else an embedded server)")
+	pf.StringVar(&g.schema, "schema", "public", "schema that holds the pool")
+	demo.addFlags(root)
+	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g))
+	for _, c := range root.Commands() {
+		wrapArgs(c)
+	}
+	return root
+}
+
+// wrapArgs turns cobra's argument errors into usage errors, recursively.
+func wrapArgs(c *cobra.Command) {
+	if c.Args == nil {
+		c.Args = cobra.NoArgs
+	}
+	inner := c.Args
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if err := inner(cmd, args); err != nil {
+			return usageError{fmt.Errorf("%s: %w: see '%s --help'", cmd.CommandPath(), err, cmd.CommandPath())}
+		}
+		return nil
+	}
+	for _, sub := range c.Commands() {
+		wrapArgs(sub)
+	}
+}
