@@ -36,6 +36,9 @@ or hands over a stuck lease. Commands that write refuse a database without
 the pooltop marker unless --allow-writes is given.
 
 ` + exitCodesHelp,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageError{fmt.Errorf("lease needs a subcommand (acquire, renew, release, transfer, commit, reap, show): see 'pooltop lease --help'")}
+		},
 	}
 	lease.PersistentFlags().BoolVar(&g.jsonOut, "json", false, "print JSON")
 	lease.PersistentFlags().BoolVar(&g.allowWrites, "allow-writes", false, "write even if the database lacks the pooltop marker")

@@ -53,7 +53,7 @@ func (e *Engine) CheckSchema(ctx context.Context, requireMarker bool) error {
 	var schema string
 	var pool, ledger, meta, holder bool
 	err := e.db.QueryRow(ctx, `
-SELECT current_schema(),
+SELECT coalesce(current_schema(), ''),
        to_regclass('resource_pool') IS NOT NULL,
        to_regclass('business_ledger') IS NOT NULL,
        to_regclass('pooltop_meta') IS NOT NULL,

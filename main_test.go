@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(runner{m})
+}
+
+type runner struct{ m *testing.M }
+
+func (r runner) Run() int { return pgtest.Run(r.m) }
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// pooltop runs one command line in-process, as the binary would.
+func pooltop(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code := run(ctx, args, &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+func (r result) must(t *testing.T) result {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+func decode[T any](t *testing.T, s string) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("decode %q: %v", s, err)
+	}
+	return v
+}
+
+// migrated returns the flags that point at a fresh migrated schema with size ids.
+func migrated(t *testing.T, size int) []string {
+	t.Helper()
+	schema := pgtest.Schema(t)
+	db := []string{"--dsn", pgtest.DSN(), "--schema", schema}
+	pooltop(t, append([]string{"migrate"}, db...)...).must(t)
+	if size > 0 {
+		pooltop(t, append([]string{"seed", "--count", fmt.Sprint(size)}, db...)...).must(t)
+	}
+	return db
+}
+
+func TestLeaseCommandsDriveTheLifecycle(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, 5)
+	lease := func(args ...string) result { return pooltop(t, append(append([]string{"lease"}, args...), db...)...) }
+
+	ls := decode[[]engine.Lease](t, lease("acquire", "--holder", "worker-a", "--ttl", "1m", "--n", "2", "--json").must(t).stdout)
+	if len(ls) != 2 || ls[0].Token != 1 || ls[0].LeasedUntil == nil {
+		t.Fatalf("acquire: %+v", ls)
+	}
+	a := ls[0]
+	id, tok := fmt.Sprint(a.ID), fmt.Sprint(a.Token)
+	b := decode[engine.Lease](t, lease("transfer", "--id", id, "--token", tok, "--to", "worker-b", "--json").must(t).stdout)
+	if b.Token != a.Token+1 || b.Holder != "worker-b" {
+		t.Fatalf("transfer: %+v", b)
+	}
+	old := lease("commit", "--id", id, "--token", tok, "--request-id", "r-a")
+	if old.code != exitStaleToken || !strings.Contains(old.stderr, "stale fencing token") {
+		t.Fatalf("old holder's commit: exit %d, %s", old.code, old.stderr)
+	}
+	res := decode[engine.CommitResult](t, lease("commit", "--id", id, "--token", fmt.Sprint(b.Token), "--request-id", "r-b", "--json").must(t).stdout)
+	if res.Replayed || res.ResourceID != a.ID {
+		t.Fatalf("commit: %+v", res)
+	}
+	row := decode[engine.Row](t, lease("show", "--id", id, "--json").must(t).stdout)
+	if row.Status != "CONSUMED" || row.Effects != 1 || row.Token != b.Token {
+		t.Fatalf("show: %+v", row)
+	}
+	second := fmt.Sprint(ls[1].ID)
+	rel := lease("release", "--id", second, "--token", "1").must(t)
+	if !strings.Contains(rel.stdout, "UNUSED at token 2") {
+		t.Fatalf("release: %s", rel.stdout)
+	}
+	if r := lease("renew", "--id", second, "--token", "1", "--ttl", "1m"); r.code != exitStaleToken {
+		t.Fatalf("renew after release: exit %d %s", r.code, r.stderr)
+	}
+	short := decode[[]engine.Lease](t, lease("acquire", "--holder", "c", "--ttl", "1ms", "--json").must(t).stdout)[0]
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		reaped := decode[map[string]int](t, lease("reap", "--json").must(t).stdout)
+		if reaped["reclaimed"] == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("reap never reclaimed the 1ms lease")
+		}
+	}
+	if r := lease("commit", "--id", fmt.Sprint(short.ID), "--token", "1", "--request-id", "late"); r.code != exitStaleToken {
+		t.Fatalf("commit after reap: exit %d %s", r.code, r.stderr)
+	}
+}
+
+func TestExitCodesAndBadInput(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, 1)
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"lease", "acquire", "--holder", "a", "--ttl", "0s"}, exitUsage, "ttl 0s: must be positive"},
+		{[]string{"lease", "acquire", "--holder", "a", "--ttl", "-5s"}, exitUsage, "must be positive"},
+		{[]string{"lease", "acquire", "--holder", "a", "--ttl", "1m", "--n", "0"}, exitUsage, "claim between 1 and"},
+		{[]string{"lease", "acquire", "--holder", "a", "--ttl", "1m", "--n", "1000000"}, exitUsage, "claim between 1 and"},
+		{[]string{"lease", "acquire", "--ttl", "1m"}, exitUsage, "--holder is required"},
+		{[]string{"lease", "acquire", "--holder", "a", "--ttl", "soon"}, exitUsage, "invalid argument"},
+		{[]string{"lease", "acquire", "--holder", "a", "--ttl", "1m", "--strategy", "fast"}, exitUsage, "use skip-locked"},
+		{[]string{"lease", "show", "--id", "999"}, exitError, "no such id"},
+		{[]string{"lease", "release", "--id", "999", "--token", "0"}, exitError, "no such id"},
+		{[]string{"lease", "release", "--id", "1", "--token", "-1"}, exitUsage, "never negative"},
+		{[]string{"lease", "renew", "--id", "1", "--token", "0", "--ttl", "1m"}, exitLeaseLost, "lease lost"},
+		{[]string{"lease", "frobnicate"}, exitUsage, "unknown command"},
+		{[]string{"lease", "show", "--id", "1", "extra"}, exitUsage, "unknown command"},
+		{[]string{"seed", "--count", "0"}, exitUsage, "--count 0"},
+	}
+	for _, c := range cases {
+		r := pooltop(t, append(c.args, db...)...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("pooltop %s: exit %d, stderr %q; want exit %d and one line containing %q",
+				strings.Join(c.args, " "), r.code, r.stderr, c.code, c.want)
+		}
+	}
+	pooltop(t, append([]string{"lease", "acquire", "--holder", "a", "--ttl", "1m"}, db...)...).must(t)
+	if r := pooltop(t, append([]string{"lease", "acquire", "--holder", "a", "--ttl", "1m"}, db...)...); r.code != exitPoolEmpty {
+		t.Errorf("acquire on an empty pool: exit %d %s", r.code, r.stderr)
+	}
+}
+
+func TestConnectionFailuresNeverPrintThePassword(t *testing.T) {
+	t.Parallel()
+	const secret = "hunter2-s3cret"
+	cases := []struct{ name, dsn, want string }{
+		{"unreachable", "postgres://alice:" + secret + "@127.0.0.1:1/db", "connection refused"},
+		{"malformed port", "postgres://alice:" + secret + "@localhost:notaport/db", "parse --dsn"},
+		{"malformed url", "postgres://alice:" + secret + "@[::1/db", "parse --dsn"},
+		{"key=value", "host=127.0.0.1 port=1 user=alice password=" + secret, "connection refused"},
+	}
+	cfg, err := pgx.ParseConfig(pgtest.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv := pgtest.Server(); srv != nil {
+		// Make the embedded server ask this user for a password.
+		hba := filepath.Join(srv.DataDir(), "pg_hba.conf")
+		old, err := os.ReadFile(hba)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := "host all pw_user 127.0.0.1/32 scram-sha-256\n"
+		if !bytes.HasPrefix(old, []byte(line)) {
+			if err := os.WriteFile(hba, append([]byte(line), old...), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn, err := pgx.Connect(context.Background(), pgtest.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		for _, q := range []string{
+			"DO $$ BEGIN CREATE ROLE pw_user LOGIN PASSWORD 'right-one'; EXCEPTION WHEN duplicate_object THEN NULL; END $$",
+			"SELECT pg_reload_conf()",
+		} {
+			if _, err := conn.Exec(context.Background(), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cases = append(cases, struct{ name, dsn, want string }{"wrong password",
+			fmt.Sprintf("postgres://pw_user:%s@%s:%d/%s", secret, cfg.Host, cfg.Port, cfg.Database), "password authentication failed"})
+	}
+	for _, c := range cases {
+		r := pooltop(t, "lease", "show", "--id", "1", "--dsn", c.dsn)
+		if r.code != exitError || !strings.Contains(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%s: exit %d, stderr %q; want exit 1 and one line with %q", c.name, r.code, r.stderr, c.want)
+		}
+		if strings.Contains(r.stdout+r.stderr, secret) {
+			t.Errorf("%s: password printed: %q", c.name, r.stderr)
+		}
+	}
+}
+
+// PGPASSWORD is never printed either (not parallel: it sets the environment).
+func TestPGPasswordNeverPrinted(t *testing.T) {
+	const secret = "env-s3cret-pw"
+	t.Setenv("PGPASSWORD", secret)
+	for _, dsn := range []string{"postgres://alice@127.0.0.1:1/db", "postgres://alice@localhost:bad/db"} {
+		r := pooltop(t, "lease", "show", "--id", "1", "--dsn", dsn)
+		if r.code != exitError || strings.Contains(r.stderr, secret) {
+			t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+		}
+	}
+}
+
+func TestDatabaseWithoutSchemaOrMarker(t *testing.T) {
+	t.Parallel()
+	empty := pgtest.Schema(t)
+	r := pooltop(t, "lease", "acquire", "--holder", "a", "--ttl", "1m", "--dsn", pgtest.DSN(), "--schema", empty)
+	if r.code != exitError || !strings.Contains(r.stderr, "pooltop migrate") {
+		t.Fatalf("no schema: exit %d %q", r.code, r.stderr)
+	}
+	r = pooltop(t, "lease", "acquire", "--holder", "a", "--ttl", "1m", "--dsn", pgtest.DSN(), "--schema", "no_such_schema")
+	if r.code != exitError || !strings.Contains(r.stderr, "pooltop migrate") {
+		t.Fatalf("missing schema: exit %d %q", r.code, r.stderr)
+	}
+	r = pooltop(t, "lease", "show", "--id", "1", "--dsn", pgtest.DSN(), "--schema", "bad;name")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--schema") {
+		t.Fatalf("bad schema name: exit %d %q", r.code, r.stderr)
+	}
+
+	db := migrated(t, 2)
+	conn, err := pgx.Connect(context.Background(), pgtest.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "DELETE FROM "+pgx.Identifier{db[3], "pooltop_meta"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	acquire := append([]string{"lease", "acquire", "--holder", "oncall", "--ttl", "1m"}, db...)
+	r = pooltop(t, acquire...)
+	if r.code != exitError || !strings.Contains(r.stderr, "--allow-writes") {
+		t.Fatalf("unmarked database: exit %d %q", r.code, r.stderr)
+	}
+	pooltop(t, append([]string{"lease", "show", "--id", "1"}, db...)...).must(t) // reading is allowed
+	pooltop(t, append(acquire, "--allow-writes")...).must(t)
+}
+
+func TestConcurrentMigrateAndIdempotence(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.Schema(t)
+	var wg sync.WaitGroup
+	results := make([]result, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = pooltop(t, "migrate", "--json", "--dsn", pgtest.DSN(), "--schema", schema)
+		}()
+	}
+	wg.Wait()
+	for _, r := range results {
+		r.must(t)
+		if v := decode[map[string]any](t, r.stdout); v["version"] != float64(1) {
+			t.Fatalf("version %v", v["version"])
+		}
+	}
+}
