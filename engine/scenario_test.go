@@ -48,7 +48,7 @@ func TestSeed002TransferRejectsOldHolder(t *testing.T) {
 func TestSeed000ResurrectionTimeline(t *testing.T) {
 	b := setup(t, 1)
 	a := b.acquire(t, "pod-a", 20*time.Millisecond) // T0
-	b.waitExpired(t, a)                              // T1..T31: A is frozen
+	b.waitExpired(t, a)                             // T1..T31: A is frozen
 	reaper, err := b.eng.NewReaper(engine.ReaperConfig{Batch: 10})
 	if err != nil {
 		t.Fatal(err)
