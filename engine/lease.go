@@ -20,19 +20,24 @@ type LeaseAcquireParams struct {
 	NoLease bool
 }
 
-// The claim: the CTE locks up to $3 free rows, skipping locked ones, and the
+// The claim: the CTE locks up to n free rows, skipping locked ones, and the
 // UPDATE changes exactly those rows. MATERIALIZED makes the CTE run once, so
-// no plan can re-evaluate the LIMIT and claim more than $3 rows (PostgreSQL
+// no plan can re-evaluate the LIMIT and claim more than n rows (PostgreSQL
 // BUG #15715 hit `WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)`).
 // FOR NO KEY UPDATE, not FOR UPDATE: it does not conflict with the FOR KEY
 // SHARE lock a ledger insert takes on its foreign key. ORDER BY id keeps the
 // planner on the partial index. $2 NULL gives no expiry (NoLease).
+//
+// The LIMIT is written into the text (see withLimit), not passed as a
+// parameter: with LIMIT $n the cached generic plan assumes a large limit and
+// hash-joins a sequential scan of the whole table, so PostgreSQL replans
+// the statement on every call; with a literal it plans once.
 const sqlAcquireSkipLocked = `
 WITH locked AS MATERIALIZED (
     SELECT id FROM resource_pool
     WHERE status = 'UNUSED'
     ORDER BY id
-    LIMIT $3
+    LIMIT %d
     FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE resource_pool AS r
@@ -51,7 +56,7 @@ const sqlAcquireBlockingSelect = `
 SELECT id FROM resource_pool
 WHERE status = 'UNUSED'
 ORDER BY id
-LIMIT $1
+LIMIT %d
 FOR NO KEY UPDATE`
 
 // Second half of both the blocking and the optimistic strategies: update the
@@ -73,7 +78,7 @@ const sqlAcquireOptimisticRead = `
 SELECT id, lease_token FROM resource_pool
 WHERE status = 'UNUSED'
 ORDER BY id
-LIMIT $1`
+LIMIT %d`
 
 // optimisticAttempts bounds the retries of one optimistic claim.
 const optimisticAttempts = 16
@@ -101,7 +106,7 @@ func (e *Engine) LeaseAcquire(ctx context.Context, p *LeaseAcquireParams) ([]Lea
 	)
 	switch p.Strategy {
 	case SkipLocked:
-		leases, err = e.acquireRows(ctx, e.db, sqlAcquireSkipLocked, p.Holder, ttl, p.N)
+		leases, err = e.acquireRows(ctx, e.db, withLimit(sqlAcquireSkipLocked, p.N), p.Holder, ttl)
 	case Blocking:
 		leases, err = e.acquireBlocking(ctx, p, ttl)
 	case Optimistic:
@@ -125,6 +130,9 @@ func (e *Engine) LeaseAcquire(ctx context.Context, p *LeaseAcquireParams) ([]Lea
 	return leases, nil
 }
 
+// withLimit writes a validated row count into a statement's LIMIT.
+func withLimit(sql string, n int) string { return fmt.Sprintf(sql, n) }
+
 func (e *Engine) acquireRows(ctx context.Context, db DBTX, sql string, args ...any) ([]Lease, error) {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
@@ -142,7 +150,7 @@ func scanLease(row pgx.CollectableRow) (Lease, error) {
 func (e *Engine) acquireBlocking(ctx context.Context, p *LeaseAcquireParams, ttl any) ([]Lease, error) {
 	var leases []Lease
 	err := pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, sqlAcquireBlockingSelect, p.N)
+		rows, err := tx.Query(ctx, withLimit(sqlAcquireBlockingSelect, p.N))
 		if err != nil {
 			return err
 		}
@@ -162,7 +170,7 @@ func (e *Engine) acquireOptimistic(ctx context.Context, p *LeaseAcquireParams, t
 		if attempt > 0 {
 			e.stats.retries.Add(1)
 		}
-		rows, err := e.db.Query(ctx, sqlAcquireOptimisticRead, p.N)
+		rows, err := e.db.Query(ctx, withLimit(sqlAcquireOptimisticRead, p.N))
 		if err != nil {
 			return nil, err
 		}

@@ -28,14 +28,15 @@ type ReapResult struct {
 // The reaper returns expired leases to the pool in short batches, skipping
 // rows a worker has locked (a commit or renew in flight wins; the next pass
 // sees the row again), re-checking the expiry in the UPDATE itself, and
-// bumping the token so the old holder is fenced out.
+// bumping the token so the old holder is fenced out. The batch size is
+// written into the LIMIT for the plan's sake, as in the claim.
 const sqlReap = `
 WITH expired AS MATERIALIZED (
     SELECT id, leased_until FROM resource_pool
     WHERE status = 'PENDING'
       AND leased_until < coalesce($1::timestamptz, clock_timestamp()) - $2::bigint * interval '1 microsecond'
     ORDER BY leased_until
-    LIMIT $3
+    LIMIT %d
     FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE resource_pool AS r
@@ -54,7 +55,7 @@ func (e *Engine) LeaseReap(ctx context.Context, p *LeaseReapParams) (ReapResult,
 	if p.Grace < 0 {
 		return ReapResult{}, invalid("grace %v: must not be negative", p.Grace)
 	}
-	rows, err := e.db.Query(ctx, sqlReap, p.Now, durationMicros(p.Grace), p.Batch)
+	rows, err := e.db.Query(ctx, withLimit(sqlReap, p.Batch), p.Now, durationMicros(p.Grace))
 	if err != nil {
 		return ReapResult{}, dbError("reap", err)
 	}

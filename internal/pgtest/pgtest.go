@@ -151,3 +151,19 @@ func Conn(t testing.TB, schema string) *pgx.Conn {
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
 }
+
+// PoolQueryRow runs one query on schema with a short-lived connection and
+// scans the single row into dst.
+func PoolQueryRow(ctx context.Context, schema, sql string, dst ...any) error {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.QueryRow(ctx, sql).Scan(dst...)
+}

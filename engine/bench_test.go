@@ -1,0 +1,196 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgembed"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+)
+
+// Benchmarks of the claim and of the acquire → commit cycle, each next to
+// pgbench running the same SQL at the same concurrency on the same server:
+//
+//	go test -run '^$' -bench . -benchtime 20000x ./engine/
+//
+// "rows/s" is the figure to compare: leases (or cycles) per second of wall
+// time, for pooltop and pgbench alike.
+
+// benchPool is a migrated schema shared by the sub-benchmarks of one benchmark.
+type benchPool struct {
+	schema string
+	eng    *engine.Engine
+	ctx    context.Context
+}
+
+func newBenchPool(b *testing.B, conns int32) *benchPool {
+	b.Helper()
+	schema := pgtest.MigratedSchema(b)
+	pool := pgtest.Pool(b, schema, pgtest.Options{MaxConns: conns, AppName: "pooltop-bench"})
+	return &benchPool{schema: schema, eng: engine.New(pool), ctx: context.Background()}
+}
+
+// prepare makes sure need free ids exist and vacuums, so every run starts
+// from the same kind of table (the vacuum tax is measured elsewhere).
+func (p *benchPool) prepare(b *testing.B, need int) {
+	b.Helper()
+	var free int
+	if err := pgtestQueryRow(p, "SELECT count(*) FROM resource_pool WHERE status = 'UNUSED'", &free); err != nil {
+		b.Fatal(err)
+	}
+	if free < need {
+		if _, err := p.eng.Seed(p.ctx, need-free+1000); err != nil {
+			b.Fatal(err)
+		}
+	}
+	conn := pgtest.Conn(b, p.schema)
+	if _, err := conn.Exec(p.ctx, "VACUUM ANALYZE resource_pool"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func pgtestQueryRow(p *benchPool, sql string, dst any) error {
+	return pgtest.PoolQueryRow(p.ctx, p.schema, sql, dst)
+}
+
+// parallel runs op b.N times spread over workers goroutines and reports rows/s.
+func parallel(b *testing.B, workers, rowsPerOp int, op func(w, i int) error) {
+	b.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	b.ResetTimer()
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1))
+				if i > b.N {
+					return
+				}
+				if err := op(w, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N*rowsPerOp)/el.Seconds(), "rows/s")
+}
+
+func BenchmarkAcquire(b *testing.B) {
+	p := newBenchPool(b, 64)
+	for _, n := range []int{1, 10} {
+		for _, workers := range []int{1, 16} {
+			b.Run(fmt.Sprintf("n=%d/workers=%d/pooltop", n, workers), func(b *testing.B) {
+				p.prepare(b, b.N*n)
+				parallel(b, workers, n, func(w, i int) error {
+					ls, err := p.eng.LeaseAcquire(p.ctx, &engine.LeaseAcquireParams{Holder: "bench", TTL: time.Hour, N: n})
+					if err == nil && len(ls) != n {
+						err = fmt.Errorf("claimed %d of %d", len(ls), n)
+					}
+					return err
+				})
+			})
+			b.Run(fmt.Sprintf("n=%d/workers=%d/pgbench", n, workers), func(b *testing.B) {
+				p.prepare(b, b.N*n)
+				script := pgbenchSQL(fmt.Sprintf(engine.SQLAcquireSkipLocked, n), "'pgbench'", "3600000000") + ";\n"
+				pgbench(b, p.schema, script, workers, n)
+			})
+		}
+	}
+}
+
+func BenchmarkCycle(b *testing.B) {
+	p := newBenchPool(b, 64)
+	for _, workers := range []int{1, 4, 16, 64} {
+		b.Run(fmt.Sprintf("workers=%d/pooltop", workers), func(b *testing.B) {
+			p.prepare(b, b.N)
+			run := time.Now().UnixNano()
+			parallel(b, workers, 1, func(w, i int) error {
+				ls, err := p.eng.LeaseAcquire(p.ctx, &engine.LeaseAcquireParams{Holder: "bench", TTL: time.Hour, N: 1})
+				if err != nil {
+					return err
+				}
+				_, err = p.eng.LeaseCommit(p.ctx, &engine.LeaseCommitParams{ID: ls[0].ID, Token: ls[0].Token,
+					Holder: "bench", RequestID: fmt.Sprintf("b%d-%d", run, i)})
+				return err
+			})
+		})
+		b.Run(fmt.Sprintf("workers=%d/pgbench", workers), func(b *testing.B) {
+			p.prepare(b, b.N)
+			script := pgbenchSQL(fmt.Sprintf(engine.SQLAcquireSkipLocked, 1), "'pgbench'", "3600000000") + "\n\\gset\n" +
+				pgbenchSQL(engine.SQLCommitFenced, ":id", ":lease_token", "gen_random_uuid()::text", "'pgbench'", "''") + ";\n"
+			pgbench(b, p.schema, script, workers, 1)
+		})
+	}
+}
+
+// pgbenchSQL puts literal values in place of $1, $2, … and joins the lines,
+// since pgbench reads one statement per line.
+func pgbenchSQL(sql string, args ...string) string {
+	for i := len(args); i >= 1; i-- {
+		sql = strings.ReplaceAll(sql, "$"+strconv.Itoa(i), args[i-1])
+	}
+	return strings.Join(strings.Fields(sql), " ")
+}
+
+var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+
+// pgbench runs script b.N times in total over workers connections, and
+// reports rows/s from pgbench's own tps (without connection time).
+func pgbench(b *testing.B, schema, script string, workers, rowsPerTx int) {
+	b.Helper()
+	dir, err := pgembed.FindBinaries()
+	if err != nil {
+		b.Fatal(err)
+	}
+	file := filepath.Join(b.TempDir(), "cycle.sql")
+	if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(file), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	perClient := int(math.Ceil(float64(b.N) / float64(workers)))
+	threads := min(workers, 2)
+	cmd := exec.Command(filepath.Join(dir, "pgbench"), "-n", "-M", "prepared", "-c", strconv.Itoa(workers),
+		"-j", strconv.Itoa(threads), "-t", strconv.Itoa(perClient), "-f", file, pgtest.DSN())
+	cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+schema, "PGAPPNAME=pgbench")
+	b.ResetTimer()
+	out, err := cmd.CombinedOutput()
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("pgbench: %v\n%s", err, out)
+	}
+	m := tpsLine.FindSubmatch(out)
+	if m == nil {
+		b.Fatalf("pgbench printed no tps:\n%s", out)
+	}
+	if strings.Contains(string(out), "number of failed transactions: ") && !strings.Contains(string(out), "number of failed transactions: 0 ") {
+		b.Fatalf("pgbench transactions failed:\n%s", out)
+	}
+	tps, _ := strconv.ParseFloat(string(m[1]), 64)
+	b.ReportMetric(tps*float64(rowsPerTx), "rows/s")
+}
