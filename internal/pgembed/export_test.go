@@ -16,3 +16,4 @@ func SetLibRoot(dir string) (restore func()) {
 	libRoot = dir
 	return func() { libRoot = old }
 }
+var BaseDir = baseDir

@@ -316,7 +316,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 
 	removeStaleDirs()
-	root, err := os.MkdirTemp("", dirPrefix+strconv.Itoa(os.Getpid())+"-")
+	root, err := os.MkdirTemp(baseDir(), dirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return nil, fmt.Errorf("pgembed: %w", err)
 	}
@@ -577,18 +577,42 @@ func freePort() (int, error) {
 // process no longer runs (it was killed before it could call Stop). Errors
 // are ignored: this is best-effort housekeeping.
 func removeStaleDirs() {
-	tmp := os.TempDir()
-	entries, err := os.ReadDir(tmp)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		pid, ok := dirPID(e.Name())
-		if !ok || !e.IsDir() || processExists(pid) {
+	for _, tmp := range []string{os.TempDir(), shmDir} {
+		entries, err := os.ReadDir(tmp)
+		if err != nil {
 			continue
 		}
-		_ = os.RemoveAll(filepath.Join(tmp, e.Name()))
+		for _, e := range entries {
+			pid, ok := dirPID(e.Name())
+			if !ok || !e.IsDir() || processExists(pid) {
+				continue
+			}
+			_ = os.RemoveAll(filepath.Join(tmp, e.Name()))
+		}
 	}
+}
+
+// shmDir is a memory file system on Linux. initdb and CREATE DATABASE write
+// thousands of small files; on tmpfs a cold start takes about 1 s instead of
+// 2.5 s on this kind of machine's disk. The data is throwaway either way.
+const shmDir = "/dev/shm"
+
+// shmMinFree is how much room shmDir must have before it is used: enough for
+// a demo pool of a few million ids. Containers often give /dev/shm only 64 MiB.
+const shmMinFree = 2 << 30
+
+// baseDir picks where the server's directory goes: $POOLTOP_TMPDIR if set,
+// else /dev/shm when it is a writable tmpfs with room, else os.TempDir().
+func baseDir() string {
+	if d := os.Getenv("POOLTOP_TMPDIR"); d != "" {
+		return d
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(shmDir, &st); err == nil && st.Type == 0x01021994 /* TMPFS_MAGIC */ &&
+		uint64(st.Bavail)*uint64(st.Bsize) >= shmMinFree && syscall.Access(shmDir, 2 /* W_OK */) == nil {
+		return shmDir
+	}
+	return os.TempDir()
 }
 
 // dirPID extracts the pid from a name of the form pooltop-pg-<pid>-<random>.

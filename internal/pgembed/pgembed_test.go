@@ -79,10 +79,10 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	}
 }
 
-// ourDirs lists the pooltop-pg-<our pid>-* directories in os.TempDir().
+// ourDirs lists the pooltop-pg-<our pid>-* directories in pgembed.BaseDir().
 func ourDirs(t *testing.T) map[string]bool {
 	t.Helper()
-	m, err := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("pooltop-pg-%d-*", os.Getpid())))
+	m, err := filepath.Glob(filepath.Join(pgembed.BaseDir(), fmt.Sprintf("pooltop-pg-%d-*", os.Getpid())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func sameSet(a, b map[string]bool) bool {
 // children inherit that command line).
 func serverProcesses(t *testing.T) []int {
 	t.Helper()
-	marker := []byte(filepath.Join(os.TempDir(), fmt.Sprintf("pooltop-pg-%d-", os.Getpid())))
+	marker := []byte(filepath.Join(pgembed.BaseDir(), fmt.Sprintf("pooltop-pg-%d-", os.Getpid())))
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	var pids []int
 	for _, p := range procs {
