@@ -16,4 +16,5 @@ func SetLibRoot(dir string) (restore func()) {
 	libRoot = dir
 	return func() { libRoot = old }
 }
+
 var BaseDir = baseDir
