@@ -32,7 +32,8 @@ const (
 )
 
 const exitCodesHelp = `Exit codes: 0 ok, 1 error, 2 usage, 3 lease lost (expired, consumed or
-not held), 4 stale token (rejected by the fence), 5 pool empty.`
+not held), 4 stale token (rejected by the fence), 5 pool empty, 6 invariant
+violated (chaos, verify).`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -58,9 +59,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, "pooltop: "+oneLine(g.redact(err.Error())))
 	var ue usageError
+	var ve violationError
 	switch {
 	case errors.As(err, &ue):
 		return exitUsage
+	case errors.As(err, &ve):
+		return exitViolation
 	case errors.Is(err, engine.ErrStaleToken):
 		return exitStaleToken
 	case errors.Is(err, engine.ErrLeaseLost):
@@ -138,7 +142,7 @@ started from the system's binaries and removed on exit.
 	pf.StringVar(&g.dsn, "dsn", "", "PostgreSQL URL or key=value string (default: $DATABASE_URL, the PG* variables, else an embedded server)")
 	pf.StringVar(&g.schema, "schema", "public", "schema that holds the pool")
 	demo.addFlags(root)
-	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g))
+	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g), newBenchCmd(g), newChaosCmd(g), newVerifyCmd(g))
 	for _, c := range root.Commands() {
 		wrapArgs(c)
 	}

@@ -4,19 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pooltop-dev/pooltop/engine"
-	"github.com/pooltop-dev/pooltop/internal/pgembed"
+	"github.com/pooltop-dev/pooltop/internal/pgbench"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 )
 
@@ -115,8 +109,8 @@ func BenchmarkAcquire(b *testing.B) {
 			})
 			b.Run(fmt.Sprintf("n=%d/workers=%d/pgbench", n, workers), func(b *testing.B) {
 				p.prepare(b, b.N*n)
-				script := pgbenchSQL(fmt.Sprintf(engine.SQLAcquireSkipLocked, n), "'pgbench'", "3600000000") + ";\n"
-				pgbench(b, p.schema, script, workers, n)
+				script := pgbench.Literal(engine.ClaimSQL(n), "'pgbench'", "3600000000") + ";\n"
+				runPgbench(b, p.schema, script, workers, n)
 			})
 		}
 	}
@@ -140,57 +134,26 @@ func BenchmarkCycle(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("workers=%d/pgbench", workers), func(b *testing.B) {
 			p.prepare(b, b.N)
-			script := pgbenchSQL(fmt.Sprintf(engine.SQLAcquireSkipLocked, 1), "'pgbench'", "3600000000") + "\n\\gset\n" +
-				pgbenchSQL(engine.SQLCommitFenced, ":id", ":lease_token", "gen_random_uuid()::text", "'pgbench'", "''") + ";\n"
-			pgbench(b, p.schema, script, workers, 1)
+			script := pgbench.Literal(engine.ClaimSQL(1), "'pgbench'", "3600000000") + "\n\\gset\n" +
+				pgbench.Literal(engine.CommitSQL, ":id", ":lease_token", "gen_random_uuid()::text", "'pgbench'", "''") + ";\n"
+			runPgbench(b, p.schema, script, workers, 1)
 		})
 	}
 }
 
-// pgbenchSQL puts literal values in place of $1, $2, … and joins the lines,
-// since pgbench reads one statement per line.
-func pgbenchSQL(sql string, args ...string) string {
-	for i := len(args); i >= 1; i-- {
-		sql = strings.ReplaceAll(sql, "$"+strconv.Itoa(i), args[i-1])
-	}
-	return strings.Join(strings.Fields(sql), " ")
-}
-
-var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
-
 // pgbench runs script b.N times in total over workers connections, and
 // reports rows/s from pgbench's own tps (without connection time).
-func pgbench(b *testing.B, schema, script string, workers, rowsPerTx int) {
+func runPgbench(b *testing.B, schema, script string, workers, rowsPerTx int) {
 	b.Helper()
-	dir, err := pgembed.FindBinaries()
-	if err != nil {
-		b.Fatal(err)
-	}
-	file := filepath.Join(b.TempDir(), "cycle.sql")
-	if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.Chmod(filepath.Dir(file), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	perClient := int(math.Ceil(float64(b.N) / float64(workers)))
-	threads := min(workers, 2)
-	cmd := exec.Command(filepath.Join(dir, "pgbench"), "-n", "-M", "prepared", "-c", strconv.Itoa(workers),
-		"-j", strconv.Itoa(threads), "-t", strconv.Itoa(perClient), "-f", file, pgtest.DSN())
-	cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+schema, "PGAPPNAME=pgbench")
 	b.ResetTimer()
-	out, err := cmd.CombinedOutput()
+	res, err := pgbench.Run(context.Background(), pgbench.Options{DSN: pgtest.DSN(), Schema: schema, Script: script,
+		Clients: workers, Transactions: int(math.Ceil(float64(b.N) / float64(workers)))})
 	b.StopTimer()
 	if err != nil {
-		b.Fatalf("pgbench: %v\n%s", err, out)
+		b.Fatal(err)
 	}
-	m := tpsLine.FindSubmatch(out)
-	if m == nil {
-		b.Fatalf("pgbench printed no tps:\n%s", out)
+	if res.Failed > 0 {
+		b.Fatalf("pgbench: %d transactions failed", res.Failed)
 	}
-	if strings.Contains(string(out), "number of failed transactions: ") && !strings.Contains(string(out), "number of failed transactions: 0 ") {
-		b.Fatalf("pgbench transactions failed:\n%s", out)
-	}
-	tps, _ := strconv.ParseFloat(string(m[1]), 64)
-	b.ReportMetric(tps*float64(rowsPerTx), "rows/s")
+	b.ReportMetric(res.TPS*float64(rowsPerTx), "rows/s")
 }

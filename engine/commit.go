@@ -31,6 +31,9 @@ type CommitResult struct {
 	// Replayed is true when request_id had already been committed with the
 	// same id and payload: the original result is returned, nothing is written.
 	Replayed bool `json:"replayed"`
+	// PriorEffects counts the effects the id already had when this one was
+	// written. Always 0 with the fence; above 0 is a double finalization.
+	PriorEffects int `json:"prior_effects,omitempty"`
 }
 
 // The fenced commit: the row moves PENDING→CONSUMED only if it is still at
@@ -47,10 +50,11 @@ WITH fenced AS (
 )
 INSERT INTO business_ledger (resource_id, lease_token, request_id, holder, payload, fenced)
 SELECT id, lease_token, $3, $4, $5, true FROM fenced
-RETURNING id, resource_id, lease_token, created_at`
+RETURNING id, resource_id, lease_token, created_at, 0`
 
 // The unfenced commit records the effect whatever state the row is in. It
-// exists to show what fencing prevents.
+// exists to show what fencing prevents, and counts the effects the id
+// already had (the subquery sees the ledger as it was before this statement).
 const sqlCommitUnfenced = `
 WITH consumed AS (
     UPDATE resource_pool
@@ -60,7 +64,8 @@ WITH consumed AS (
 )
 INSERT INTO business_ledger (resource_id, lease_token, request_id, holder, payload, fenced)
 SELECT id, $2, $3, $4, $5, false FROM consumed
-RETURNING id, resource_id, lease_token, created_at`
+RETURNING id, resource_id, lease_token, created_at,
+          (SELECT count(*) FROM business_ledger b WHERE b.resource_id = $1)::int`
 
 const sqlLedgerByRequest = `
 SELECT id, resource_id, lease_token, payload, created_at
@@ -83,7 +88,7 @@ func (e *Engine) LeaseCommit(ctx context.Context, p *LeaseCommitParams) (CommitR
 	}
 	res := CommitResult{RequestID: p.RequestID}
 	err := e.db.QueryRow(ctx, sql, p.ID, p.Token, p.RequestID, p.Holder, p.Payload).
-		Scan(&res.LedgerID, &res.ResourceID, &res.Token, &res.CommittedAt)
+		Scan(&res.LedgerID, &res.ResourceID, &res.Token, &res.CommittedAt, &res.PriorEffects)
 	switch {
 	case err == nil:
 		return res, nil

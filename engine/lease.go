@@ -130,6 +130,15 @@ func (e *Engine) LeaseAcquire(ctx context.Context, p *LeaseAcquireParams) ([]Lea
 	return leases, nil
 }
 
+// ClaimSQL is the single-statement claim of n ids, with $1 the holder and $2
+// the lease in microseconds, exactly as LeaseAcquire runs it; `pooltop bench`
+// gives it to pgbench to measure the ceiling.
+func ClaimSQL(n int) string { return withLimit(sqlAcquireSkipLocked, n) }
+
+// CommitSQL is the fenced commit as LeaseCommit runs it: $1 id, $2 token,
+// $3 request_id, $4 holder, $5 payload.
+const CommitSQL = sqlCommitFenced
+
 // withLimit writes a validated row count into a statement's LIMIT.
 func withLimit(sql string, n int) string { return fmt.Sprintf(sql, n) }
 

@@ -21,6 +21,20 @@ const MaxSeed = 100_000_000
 // past the highest id, so repeated seeds never collide; an identifier that
 // already exists is skipped. It returns how many rows were inserted.
 func (e *Engine) Seed(ctx context.Context, count int) (int64, error) {
+	inserted, err := e.Refill(ctx, count)
+	if err != nil {
+		return inserted, err
+	}
+	// The claim's plan depends on fresh statistics for the partial index.
+	if _, err := e.db.Exec(ctx, "ANALYZE resource_pool"); err != nil {
+		return inserted, fmt.Errorf("seed: analyze: %w", err)
+	}
+	return inserted, nil
+}
+
+// Refill is Seed without the ANALYZE, for a producer topping the pool up
+// several times a second (autovacuum keeps the statistics fresh).
+func (e *Engine) Refill(ctx context.Context, count int) (int64, error) {
 	if count <= 0 || count > MaxSeed {
 		return 0, invalid("count %d: seed between 1 and %d ids", count, MaxSeed)
 	}
@@ -38,10 +52,6 @@ ON CONFLICT (identifier) DO NOTHING`, n)
 		}
 		inserted += tag.RowsAffected()
 		left -= n
-	}
-	// The claim's plan depends on fresh statistics for the partial index.
-	if _, err := e.db.Exec(ctx, "ANALYZE resource_pool"); err != nil {
-		return inserted, fmt.Errorf("seed: analyze: %w", err)
 	}
 	return inserted, nil
 }

@@ -125,6 +125,7 @@ type ReaperStats struct {
 	Reclaimed int64
 	Errors    int64
 	MaxLag    time.Duration // longest expiry-to-reclaim lag seen
+	MaxBatch  time.Duration // longest single reap statement
 	LastError error
 }
 
@@ -135,7 +136,7 @@ type Reaper struct {
 	engine *Engine
 	cfg    atomic.Pointer[ReaperConfig]
 
-	passes, reclaimed, errs, maxLag atomic.Int64
+	passes, reclaimed, errs, maxLag, maxBatch atomic.Int64
 	lastErr                         atomic.Pointer[error]
 
 	mu     sync.Mutex
@@ -172,7 +173,9 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	total := 0
 	r.passes.Add(1)
 	for i := 0; i < cfg.MaxBatches; i++ {
+		start := time.Now()
 		res, err := r.engine.LeaseReap(ctx, &LeaseReapParams{Batch: cfg.Batch, Grace: cfg.Grace})
+		storeMax(&r.maxBatch, int64(time.Since(start)))
 		if err != nil {
 			if !errors.Is(err, context.Canceled) {
 				r.errs.Add(1)
@@ -182,12 +185,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 		}
 		total += res.Reclaimed
 		r.reclaimed.Add(int64(res.Reclaimed))
-		for {
-			old := r.maxLag.Load()
-			if int64(res.MaxLag) <= old || r.maxLag.CompareAndSwap(old, int64(res.MaxLag)) {
-				break
-			}
-		}
+		storeMax(&r.maxLag, int64(res.MaxLag))
 		if res.Reclaimed > 0 && cfg.OnReap != nil {
 			cfg.OnReap(res)
 		}
@@ -252,9 +250,20 @@ func (r *Reaper) Stats() ReaperStats {
 		Reclaimed: r.reclaimed.Load(),
 		Errors:    r.errs.Load(),
 		MaxLag:    time.Duration(r.maxLag.Load()),
+		MaxBatch:  time.Duration(r.maxBatch.Load()),
 	}
 	if p := r.lastErr.Load(); p != nil {
 		s.LastError = *p
 	}
 	return s
+}
+
+// storeMax raises a to v if v is larger.
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
+			return
+		}
+	}
 }

@@ -1,0 +1,153 @@
+// Package pgbench runs PostgreSQL's pgbench with a custom script, so that
+// pooltop's figures can be set next to the same SQL driven by the reference
+// client on the same server: the ceiling a Go client should approach.
+package pgbench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pooltop-dev/pooltop/internal/pgembed"
+)
+
+// Options describe one pgbench run.
+type Options struct {
+	DSN     string
+	Schema  string // search_path for the script
+	Script  string // one statement per line; \gset and \set allowed
+	Clients int
+	// Exactly one of Transactions (per client) and Duration is used.
+	Transactions int
+	Duration     time.Duration
+	// Latency logs every transaction to compute percentiles; it costs
+	// pgbench some throughput, so the ceiling is measured without it.
+	Latency bool
+}
+
+// Result is what pgbench reported.
+type Result struct {
+	TPS    float64 // transactions per second, without connection time
+	Failed int64
+	P50MS  float64 // latency percentiles of the script, from the per-transaction log
+	P99MS  float64
+	Output string
+}
+
+// Find returns the pgbench binary beside the server binaries.
+func Find() (string, error) {
+	dir, err := pgembed.FindBinaries()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "pgbench")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("pgbench not found in %s: install the PostgreSQL client package (Debian: postgresql-client)", dir)
+	}
+	return p, nil
+}
+
+// Literal replaces $1, $2, … in sql with the given literals and joins the
+// statement onto one line, as pgbench reads one statement per line.
+func Literal(sql string, args ...string) string {
+	for i := len(args); i >= 1; i-- {
+		sql = strings.ReplaceAll(sql, "$"+strconv.Itoa(i), args[i-1])
+	}
+	return strings.Join(strings.Fields(sql), " ")
+}
+
+var (
+	tpsLine    = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+	failedLine = regexp.MustCompile(`number of failed transactions: ([0-9]+)`)
+)
+
+// Run executes pgbench and parses its summary.
+func Run(ctx context.Context, o Options) (Result, error) {
+	bin, err := Find()
+	if err != nil {
+		return Result{}, err
+	}
+	dir, err := os.MkdirTemp("", "pooltop-pgbench-")
+	if err != nil {
+		return Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, "script.sql")
+	if err := os.WriteFile(file, []byte(o.Script), 0o644); err != nil {
+		return Result{}, err
+	}
+	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(min(o.Clients, 2)),
+		"-f", file}
+	if o.Latency {
+		args = append(args, "-l", "--log-prefix", filepath.Join(dir, "log"))
+	}
+	if o.Duration > 0 {
+		args = append(args, "-T", strconv.Itoa(max(1, int(o.Duration.Round(time.Second)/time.Second))))
+	} else {
+		args = append(args, "-t", strconv.Itoa(o.Transactions))
+	}
+	args = append(args, o.DSN)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+o.Schema, "PGAPPNAME=pgbench")
+	out, err := cmd.CombinedOutput()
+	res := Result{Output: string(out)}
+	if err != nil {
+		return res, fmt.Errorf("pgbench: %w: %s", err, lastLines(string(out), 3))
+	}
+	m := tpsLine.FindStringSubmatch(res.Output)
+	if m == nil {
+		return res, fmt.Errorf("pgbench printed no tps: %s", lastLines(res.Output, 3))
+	}
+	res.TPS, _ = strconv.ParseFloat(m[1], 64)
+	if m := failedLine.FindStringSubmatch(res.Output); m != nil {
+		res.Failed, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	if o.Latency {
+		res.P50MS, res.P99MS = logPercentiles(dir)
+	}
+	return res, nil
+}
+
+// logPercentiles reads pgbench's per-transaction logs (the third field is
+// the latency in microseconds).
+func logPercentiles(dir string) (p50, p99 float64) {
+	files, _ := filepath.Glob(filepath.Join(dir, "log*"))
+	var lat []float64
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			fs := strings.Fields(line)
+			if len(fs) < 3 {
+				continue
+			}
+			if v, err := strconv.ParseFloat(fs[2], 64); err == nil {
+				lat = append(lat, v/1000)
+			}
+		}
+	}
+	if len(lat) == 0 {
+		return 0, 0
+	}
+	sort.Float64s(lat)
+	at := func(q float64) float64 { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	return at(0.50), at(0.99)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " / ")
+}

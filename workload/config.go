@@ -1,0 +1,110 @@
+// Package workload runs a fleet of simulated workers on the lease engine:
+// each cycle claims ids, calls a simulated external service, renews while
+// the task runs, and commits the effect through the fence, or releases on
+// failure. Every knob can change while it runs, and faults (crashes, pauses,
+// no lease, no fencing) can be injected so that each failure mode of the
+// seed documents can be produced, measured and shown.
+package workload
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/pooltop-dev/pooltop/engine"
+)
+
+// Limits of the knobs.
+const (
+	MaxWorkers = 512
+	MaxBatch   = 1000
+)
+
+// Config holds every knob. The zero value is not valid; start from Defaults.
+type Config struct {
+	Workers  int             `json:"workers"`  // simulated workers, 0..512
+	Rate     float64         `json:"rate"`     // acquires per second across the fleet; 0 = unlimited
+	Batch    int             `json:"batch"`    // ids per claim, 1..1000
+	TTL      time.Duration   `json:"ttl"`      // lease length
+	Task     time.Duration   `json:"task"`     // mean duration of the simulated external call (exponential)
+	Renew    bool            `json:"renew"`    // renew leases while the task runs
+	RenewAt  float64         `json:"renew_at"` // renew once this fraction of the TTL has passed, 0.1..0.9
+	Strategy engine.Strategy `json:"strategy"` // how ids are claimed
+	Lease    bool            `json:"lease"`    // false: claim with no expiry (leaks on crash)
+	Fencing  bool            `json:"fencing"`  // false: commit without the token check
+	// BatchCommit commits the whole batch in one fenced statement instead of
+	// one statement per id.
+	BatchCommit bool          `json:"batch_commit"`
+	FailRate    float64       `json:"fail_rate"`    // chance a task fails and its ids are released
+	CrashRate   float64       `json:"crash_rate"`   // chance per cycle that a worker dies holding its leases
+	PauseRate   float64       `json:"pause_rate"`   // chance per cycle that a worker freezes before committing
+	PauseLength time.Duration `json:"pause_length"` // how long a frozen worker sleeps
+
+	Reaper         bool          `json:"reaper"` // run the reaper
+	ReaperInterval time.Duration `json:"reaper_interval"`
+	ReaperBatch    int           `json:"reaper_batch"`
+	ReaperGrace    time.Duration `json:"reaper_grace"`
+
+	Refill float64 `json:"refill"` // ids per second a producer adds to the pool; 0 = off
+	Seed   uint64  `json:"seed"`   // random seed: the same seed gives the same fault decisions per worker
+}
+
+// Defaults is a healthy fleet.
+func Defaults() Config {
+	return Config{
+		Workers: 8, Batch: 1, TTL: 5 * time.Second, Task: 20 * time.Millisecond,
+		Renew: true, RenewAt: 0.5, Strategy: engine.SkipLocked, Lease: true, Fencing: true,
+		PauseLength: 8 * time.Second,
+		Reaper:      true, ReaperInterval: time.Second, ReaperBatch: 1000,
+		Seed: 1,
+	}
+}
+
+// Validate reports the first knob out of range, in words a user can act on.
+func (c Config) Validate() error {
+	rate := func(name string, v float64) error {
+		if v < 0 || v > 1 || math.IsNaN(v) {
+			return fmt.Errorf("%s %v: a probability between 0 and 1", name, v)
+		}
+		return nil
+	}
+	switch {
+	case c.Workers < 0 || c.Workers > MaxWorkers:
+		return fmt.Errorf("workers %d: between 0 and %d", c.Workers, MaxWorkers)
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("rate %v: acquires per second, 0 for unlimited", c.Rate)
+	case c.Batch < 1 || c.Batch > MaxBatch:
+		return fmt.Errorf("batch %d: between 1 and %d", c.Batch, MaxBatch)
+	case c.TTL < 10*time.Millisecond || c.TTL > time.Hour:
+		return fmt.Errorf("ttl %v: between 10ms and 1h", c.TTL)
+	case c.Task < 0 || c.Task > time.Hour:
+		return fmt.Errorf("task %v: between 0 and 1h", c.Task)
+	case c.RenewAt < 0.1 || c.RenewAt > 0.9:
+		return fmt.Errorf("renew-at %v: between 0.1 and 0.9 of the TTL", c.RenewAt)
+	case c.Strategy < engine.SkipLocked || c.Strategy > engine.Optimistic:
+		return fmt.Errorf("strategy %d unknown", c.Strategy)
+	case c.PauseLength < 0 || c.PauseLength > time.Hour:
+		return fmt.Errorf("pause length %v: between 0 and 1h", c.PauseLength)
+	case c.ReaperInterval < 10*time.Millisecond || c.ReaperInterval > time.Hour:
+		return fmt.Errorf("reaper interval %v: between 10ms and 1h", c.ReaperInterval)
+	case c.ReaperBatch < 1 || c.ReaperBatch > engine.MaxBatch:
+		return fmt.Errorf("reaper batch %d: between 1 and %d", c.ReaperBatch, engine.MaxBatch)
+	case c.ReaperGrace < 0 || c.ReaperGrace > time.Hour:
+		return fmt.Errorf("reaper grace %v: between 0 and 1h", c.ReaperGrace)
+	case c.Refill < 0 || c.Refill > 1e6 || math.IsNaN(c.Refill):
+		return fmt.Errorf("refill %v: ids per second between 0 and 1,000,000", c.Refill)
+	}
+	for _, r := range []struct {
+		n string
+		v float64
+	}{{"fail rate", c.FailRate}, {"crash rate", c.CrashRate}, {"pause rate", c.PauseRate}} {
+		if err := rate(r.n, r.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c Config) reaperConfig() engine.ReaperConfig {
+	return engine.ReaperConfig{Interval: c.ReaperInterval, Batch: c.ReaperBatch, Grace: c.ReaperGrace}
+}

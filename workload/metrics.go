@@ -1,0 +1,183 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pooltop-dev/pooltop/engine"
+)
+
+// counter names one of a shard's counters.
+type counter int
+
+const (
+	cAcquireCalls counter = iota // successful claim statements
+	cAcquired                    // ids claimed
+	cCommitted                   // effects accepted
+	cReleased                    // ids released (task failed, or clean stop)
+	cRenewed                     // leases renewed
+	cFenced                      // commits rejected by the fence (stale token or lost lease)
+	cDouble                      // commits that wrote a second effect for an id
+	cCrashes                     // workers that died holding leases
+	cPauses                      // workers that froze
+	cEmpty                       // claims that found the pool empty
+	cLeaseLost                   // renewals refused: the lease was gone mid-task
+	cCycles                      // cycles completed
+	numCounters
+)
+
+// ErrorClass groups errors for the metrics.
+type ErrorClass int
+
+// Error classes.
+const (
+	ErrClassTimeout ErrorClass = iota // statement or lock timeout, context deadline
+	ErrClassConn                      // connection lost or refused
+	ErrClassContended                 // optimistic claim lost every attempt
+	ErrClassOther
+	numErrClasses
+)
+
+var errClassNames = [numErrClasses]string{"timeout", "connection", "contended", "other"}
+
+func classify(err error) ErrorClass {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, engine.ErrContended):
+		return ErrClassContended
+	case errors.As(err, &pgErr) && (pgErr.Code == "57014" || pgErr.Code == "55P03"):
+		return ErrClassTimeout
+	case pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded):
+		return ErrClassTimeout
+	case errors.As(err, &pgErr):
+		return ErrClassOther
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) || pgconn.SafeToRetry(err) {
+		return ErrClassConn
+	}
+	return ErrClassOther
+}
+
+// histogram bounds, in microseconds: 1µs to 10 minutes, 2 significant digits
+// (1% resolution) keeps each histogram a few KiB.
+const (
+	histMin, histMax, histDigits = 1, 600_000_000, 2
+)
+
+// shard holds one worker's metrics. Only its worker writes it; readers take
+// its mutex briefly for the histograms, so no lock is shared between workers.
+type shard struct {
+	c    [numCounters]atomic.Int64
+	errs [numErrClasses]atomic.Int64
+
+	mu      sync.Mutex
+	acquire *hdrhistogram.Histogram
+	cycle   *hdrhistogram.Histogram
+	_       [64]byte // keep neighbouring shards off this cache line
+}
+
+func newShard() *shard {
+	return &shard{
+		acquire: hdrhistogram.New(histMin, histMax, histDigits),
+		cycle:   hdrhistogram.New(histMin, histMax, histDigits),
+	}
+}
+
+func (s *shard) add(c counter, n int64) { s.c[c].Add(n) }
+
+func (s *shard) fail(err error) { s.errs[classify(err)].Add(1) }
+
+func (s *shard) observe(h **hdrhistogram.Histogram, d time.Duration) {
+	us := d.Microseconds()
+	if us < histMin {
+		us = histMin
+	}
+	if us > histMax {
+		us = histMax
+	}
+	s.mu.Lock()
+	_ = (*h).RecordValue(us)
+	s.mu.Unlock()
+}
+
+// mergeInto adds this shard's figures to the totals.
+func (s *shard) mergeInto(t *totals) {
+	for i := range s.c {
+		t.c[i] += s.c[i].Load()
+	}
+	for i := range s.errs {
+		t.errs[i] += s.errs[i].Load()
+	}
+	s.mu.Lock()
+	t.acquire.Merge(s.acquire)
+	t.cycle.Merge(s.cycle)
+	s.mu.Unlock()
+}
+
+// totals is a merge of shards.
+type totals struct {
+	c       [numCounters]int64
+	errs    [numErrClasses]int64
+	acquire *hdrhistogram.Histogram
+	cycle   *hdrhistogram.Histogram
+}
+
+func newTotals() *totals {
+	return &totals{
+		acquire: hdrhistogram.New(histMin, histMax, histDigits),
+		cycle:   hdrhistogram.New(histMin, histMax, histDigits),
+	}
+}
+
+// Latency is a set of percentiles in milliseconds.
+type Latency struct {
+	P50  float64 `json:"p50_ms"`
+	P99  float64 `json:"p99_ms"`
+	P999 float64 `json:"p999_ms"`
+	Max  float64 `json:"max_ms"`
+}
+
+func latency(h *hdrhistogram.Histogram) Latency {
+	ms := func(us int64) float64 { return float64(us) / 1000 }
+	return Latency{
+		P50: ms(h.ValueAtQuantile(50)), P99: ms(h.ValueAtQuantile(99)),
+		P999: ms(h.ValueAtQuantile(99.9)), Max: ms(h.Max()),
+	}
+}
+
+// Snapshot is the workload's metrics at one moment. Counters only grow
+// until Reset; readers compute rates from two snapshots.
+type Snapshot struct {
+	Time                time.Time        `json:"time"`
+	Workers             int              `json:"workers"` // workers running now
+	AcquireCalls        int64            `json:"acquire_calls"`
+	Acquired            int64            `json:"acquired"`
+	Committed           int64            `json:"committed"`
+	Released            int64            `json:"released"`
+	Renewed             int64            `json:"renewed"`
+	FencedRejections    int64            `json:"fenced_rejections"`
+	DoubleFinalizations int64            `json:"double_finalizations"`
+	Crashes             int64            `json:"crashes"`
+	Pauses              int64            `json:"pauses"`
+	EmptyPool           int64            `json:"empty_pool"`
+	LeasesLost          int64            `json:"leases_lost"`
+	Cycles              int64            `json:"cycles"`
+	Conflicts           int64            `json:"conflicts"` // optimistic version checks lost
+	Errors              map[string]int64 `json:"errors"`
+	AcquireLatency      Latency          `json:"acquire_latency"`
+	CycleLatency        Latency          `json:"cycle_latency"`
+	// DeadHeld is the ground truth of leases held by crashed workers that
+	// nobody released: the ids the reaper must bring back (or, without
+	// leases, the ids that leaked).
+	DeadHeld     int           `json:"dead_held"`
+	Reclaimed    int64         `json:"reclaimed"`
+	ReaperMaxLag time.Duration `json:"reaper_max_lag_ns"`
+	Refilled     int64         `json:"refilled"`
+}

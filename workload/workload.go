@@ -1,0 +1,567 @@
+package workload
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/pooltop-dev/pooltop/engine"
+)
+
+// Orphan is a lease a crashed worker died holding.
+type Orphan struct {
+	ID     int64
+	Token  int64
+	DiedAt time.Time
+}
+
+// Workload is a fleet of simulated workers plus the reaper and the refill
+// producer. Start it once; SetConfig changes knobs while it runs; Stop ends
+// it cleanly. All methods are safe for concurrent use.
+type Workload struct {
+	eng    *engine.Engine
+	reaper *engine.Reaper
+	cfg    atomic.Pointer[Config]
+	runID  string
+
+	changed chan struct{} // a knob changed: the supervisor reconciles
+	exited  chan *worker  // a worker stopped or crashed
+
+	mu       sync.Mutex // guards what follows; never taken on a worker's hot path
+	workers  []*worker  // running, in start order
+	retired  *totals    // figures of workers that ended
+	orphans  map[int64]Orphan
+	nextID   int
+	started  bool
+	stopped  bool
+	cancel   context.CancelFunc
+	done     chan struct{}
+	refilled atomic.Int64
+	base     Snapshot // subtracted by Reset
+
+	wg sync.WaitGroup // worker goroutines
+}
+
+// New validates cfg and returns a stopped workload over eng.
+func New(eng *engine.Engine, cfg Config) (*Workload, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	reaper, err := eng.NewReaper(cfg.reaperConfig())
+	if err != nil {
+		return nil, err
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	w := &Workload{
+		eng: eng, reaper: reaper, runID: hex.EncodeToString(b[:]),
+		changed: make(chan struct{}, 1), exited: make(chan *worker, MaxWorkers),
+		retired: newTotals(), orphans: map[int64]Orphan{},
+	}
+	w.cfg.Store(&cfg)
+	return w, nil
+}
+
+// Config returns the knobs in force.
+func (w *Workload) Config() Config { return *w.cfg.Load() }
+
+// SetConfig changes the knobs. Workers read them at their next step, so a
+// change takes effect within one cycle; the worker count and the reaper are
+// reconciled by the supervisor right away.
+func (w *Workload) SetConfig(c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	w.cfg.Store(&c)
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Reaper gives access to the reaper's statistics.
+func (w *Workload) Reaper() *engine.Reaper { return w.reaper }
+
+// Start launches the supervisor, which starts the workers, the reaper and
+// the producer. It returns at once.
+func (w *Workload) Start(ctx context.Context) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return
+	}
+	w.started = true
+	ctx, w.cancel = context.WithCancel(ctx)
+	w.done = make(chan struct{})
+	go w.supervise(ctx)
+}
+
+// Stop asks every worker to finish its cycle or release its leases, waits
+// for them, stops the reaper and the producer. Idempotent.
+func (w *Workload) Stop() {
+	w.mu.Lock()
+	if !w.started || w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	w.stopped = true
+	cancel, done := w.cancel, w.done
+	w.mu.Unlock()
+	cancel()
+	<-done
+}
+
+func (w *Workload) supervise(ctx context.Context) {
+	defer close(w.done)
+	// Database calls use dbCtx, which outlives ctx until every worker has
+	// finished, so that a clean stop can still release leases.
+	dbCtx, dbCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer dbCancel()
+	refill := time.NewTicker(100 * time.Millisecond)
+	defer refill.Stop()
+	var refillDebt float64
+	w.reconcile(ctx, dbCtx)
+	for {
+		select {
+		case <-ctx.Done():
+			w.mu.Lock()
+			for _, wk := range w.workers {
+				wk.quit()
+			}
+			w.mu.Unlock()
+			w.wg.Wait()
+			w.drainExited()
+			w.reaper.Stop()
+			return
+		case <-w.changed:
+			w.reconcile(ctx, dbCtx)
+		case wk := <-w.exited:
+			w.retire(wk)
+			w.reconcile(ctx, dbCtx)
+		case <-refill.C:
+			cfg := w.Config()
+			if cfg.Refill <= 0 {
+				refillDebt = 0
+				continue
+			}
+			refillDebt += cfg.Refill / 10
+			if n := int(refillDebt); n > 0 {
+				refillDebt -= float64(n)
+				if added, err := w.eng.Refill(dbCtx, n); err == nil {
+					w.refilled.Add(added)
+				}
+			}
+		}
+	}
+}
+
+// reconcile brings the fleet and the reaper in line with the config.
+func (w *Workload) reconcile(ctx, dbCtx context.Context) {
+	cfg := w.Config()
+	w.mu.Lock()
+	for len(w.workers) < cfg.Workers {
+		wk := newWorker(w, w.nextID, cfg.Seed)
+		w.nextID++
+		w.workers = append(w.workers, wk)
+		w.wg.Add(1)
+		go wk.run(ctx, dbCtx)
+	}
+	for len(w.workers) > cfg.Workers {
+		last := w.workers[len(w.workers)-1]
+		w.workers = w.workers[:len(w.workers)-1]
+		last.quit() // it finishes or releases, then reports on exited
+	}
+	limit := rate.Inf
+	if cfg.Rate > 0 && cfg.Workers > 0 {
+		limit = rate.Limit(cfg.Rate / float64(cfg.Workers))
+	}
+	for _, wk := range w.workers {
+		wk.limiter.SetLimit(limit)
+	}
+	w.mu.Unlock()
+
+	_ = w.reaper.SetConfig(cfg.reaperConfig()) // validated with the config
+	switch {
+	case cfg.Reaper && !w.reaper.Running():
+		w.reaper.Start(ctx)
+	case !cfg.Reaper && w.reaper.Running():
+		w.reaper.Stop()
+	}
+}
+
+// retire folds a finished worker's figures into the totals and forgets it.
+func (w *Workload) retire(wk *worker) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wk.shard.mergeInto(w.retired)
+	for i, other := range w.workers {
+		if other == wk {
+			w.workers = append(w.workers[:i], w.workers[i+1:]...)
+			break
+		}
+	}
+}
+
+func (w *Workload) drainExited() {
+	for {
+		select {
+		case wk := <-w.exited:
+			w.retire(wk)
+		default:
+			return
+		}
+	}
+}
+
+// orphan records leases a crashing worker dies holding.
+func (w *Workload) orphan(leases []engine.Lease) {
+	now := time.Now()
+	w.mu.Lock()
+	for _, l := range leases {
+		w.orphans[l.ID] = Orphan{ID: l.ID, Token: l.Token, DiedAt: now}
+	}
+	w.mu.Unlock()
+}
+
+// Orphans returns the leases crashed workers died holding, oldest first is
+// not guaranteed. Callers check them against the database to see which the
+// reaper brought back.
+func (w *Workload) Orphans() []Orphan {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]Orphan, 0, len(w.orphans))
+	for _, o := range w.orphans {
+		out = append(out, o)
+	}
+	return out
+}
+
+// RefreshOrphans asks the database which orphaned leases are still PENDING
+// at the dead worker's token and forgets the others (the reaper brought them
+// back). It returns how many are still held. One indexed query; the
+// dashboard calls it once per poll.
+func (w *Workload) RefreshOrphans(ctx context.Context) (int, error) {
+	orphans := w.Orphans()
+	ids := make([]int64, len(orphans))
+	tokens := make([]int64, len(orphans))
+	for i, o := range orphans {
+		ids[i], tokens[i] = o.ID, o.Token
+	}
+	held, err := w.eng.StillHeld(ctx, ids, tokens)
+	if err != nil {
+		return 0, err
+	}
+	still := make(map[int64]bool, len(held))
+	for _, id := range held {
+		still[id] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, o := range orphans {
+		if cur, ok := w.orphans[o.ID]; ok && cur.Token == o.Token && !still[o.ID] {
+			delete(w.orphans, o.ID)
+		}
+	}
+	return len(w.orphans), nil
+}
+
+// Snapshot merges every worker's figures. It takes each worker's own lock
+// for a moment; workers never wait on each other or on the reader.
+func (w *Workload) Snapshot() Snapshot {
+	t := newTotals()
+	w.mu.Lock()
+	t.acquire.Merge(w.retired.acquire)
+	t.cycle.Merge(w.retired.cycle)
+	t.c, t.errs = w.retired.c, w.retired.errs
+	shards := make([]*shard, len(w.workers))
+	for i, wk := range w.workers {
+		shards[i] = wk.shard
+	}
+	running := len(w.workers)
+	dead := len(w.orphans)
+	base := w.base
+	w.mu.Unlock()
+	for _, s := range shards {
+		s.mergeInto(t)
+	}
+	rs := w.reaper.Stats()
+	s := Snapshot{
+		Time: time.Now(), Workers: running,
+		AcquireCalls: t.c[cAcquireCalls], Acquired: t.c[cAcquired], Committed: t.c[cCommitted],
+		Released: t.c[cReleased], Renewed: t.c[cRenewed], FencedRejections: t.c[cFenced],
+		DoubleFinalizations: t.c[cDouble], Crashes: t.c[cCrashes], Pauses: t.c[cPauses],
+		EmptyPool: t.c[cEmpty], LeasesLost: t.c[cLeaseLost], Cycles: t.c[cCycles],
+		Conflicts: w.eng.Stats().OptimisticConflicts, Errors: map[string]int64{},
+		AcquireLatency: latency(t.acquire), CycleLatency: latency(t.cycle),
+		DeadHeld: dead, Reclaimed: rs.Reclaimed, ReaperMaxLag: rs.MaxLag, Refilled: w.refilled.Load(),
+	}
+	for i, n := range t.errs {
+		s.Errors[errClassNames[i]] = n
+	}
+	return s.minus(base)
+}
+
+// Reset makes the counters and latency histograms start again from zero.
+// The dashboard's "reset counters" key and the benchmark's warm-up use it.
+func (w *Workload) Reset() {
+	s := w.Snapshot()
+	w.mu.Lock()
+	b := w.base
+	w.base = s.plus(b)
+	w.retired.acquire.Reset()
+	w.retired.cycle.Reset()
+	shards := make([]*shard, len(w.workers))
+	for i, wk := range w.workers {
+		shards[i] = wk.shard
+	}
+	w.mu.Unlock()
+	for _, sh := range shards {
+		sh.mu.Lock()
+		sh.acquire.Reset()
+		sh.cycle.Reset()
+		sh.mu.Unlock()
+	}
+}
+
+func (s Snapshot) minus(b Snapshot) Snapshot {
+	s.AcquireCalls -= b.AcquireCalls
+	s.Acquired -= b.Acquired
+	s.Committed -= b.Committed
+	s.Released -= b.Released
+	s.Renewed -= b.Renewed
+	s.FencedRejections -= b.FencedRejections
+	s.DoubleFinalizations -= b.DoubleFinalizations
+	s.Crashes -= b.Crashes
+	s.Pauses -= b.Pauses
+	s.EmptyPool -= b.EmptyPool
+	s.LeasesLost -= b.LeasesLost
+	s.Cycles -= b.Cycles
+	s.Conflicts -= b.Conflicts
+	s.Reclaimed -= b.Reclaimed
+	s.Refilled -= b.Refilled
+	for k, v := range b.Errors {
+		s.Errors[k] -= v
+	}
+	return s
+}
+
+func (s Snapshot) plus(b Snapshot) Snapshot {
+	neg := Snapshot{Errors: map[string]int64{}}
+	neg = neg.minus(b) // neg = -b
+	return s.minus(neg)
+}
+
+// worker is one simulated API pod.
+type worker struct {
+	w       *Workload
+	name    string
+	shard   *shard
+	rng     *mrand.Rand
+	limiter *rate.Limiter
+	stop    chan struct{}
+	once    sync.Once
+}
+
+func newWorker(w *Workload, n int, seed uint64) *worker {
+	return &worker{
+		w: w, name: fmt.Sprintf("w%d-%s", n, w.runID), shard: newShard(),
+		rng:     mrand.New(mrand.NewPCG(seed, uint64(n))),
+		limiter: rate.NewLimiter(rate.Inf, 1),
+		stop:    make(chan struct{}),
+	}
+}
+
+func (wk *worker) quit() { wk.once.Do(func() { close(wk.stop) }) }
+
+func (wk *worker) stopping() bool {
+	select {
+	case <-wk.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// sleep waits d or until the worker is told to stop; it reports whether the
+// full time passed.
+func (wk *worker) sleep(d time.Duration) bool {
+	if d <= 0 {
+		return !wk.stopping()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-wk.stop:
+		return false
+	}
+}
+
+func (wk *worker) run(ctx, dbCtx context.Context) {
+	defer wk.w.wg.Done()
+	defer func() { wk.w.exited <- wk }()
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-wk.stop:
+			cancel()
+		case <-waitCtx.Done():
+		}
+	}()
+	for cycle := 0; !wk.stopping(); cycle++ {
+		if err := wk.limiter.Wait(waitCtx); err != nil {
+			return
+		}
+		if crashed := wk.cycle(dbCtx, cycle); crashed {
+			return
+		}
+	}
+}
+
+// cycle runs one acquire → work → commit cycle. It returns true when the
+// worker crashed (and so must end without releasing anything).
+func (wk *worker) cycle(ctx context.Context, n int) (crashed bool) {
+	cfg := wk.w.cfg.Load()
+	s := wk.shard
+	start := time.Now()
+	leases, err := wk.w.eng.LeaseAcquire(ctx, &engine.LeaseAcquireParams{
+		Holder: wk.name, TTL: cfg.TTL, N: cfg.Batch, Strategy: cfg.Strategy, NoLease: !cfg.Lease})
+	s.observe(&s.acquire, time.Since(start))
+	switch {
+	case errors.Is(err, engine.ErrPoolEmpty):
+		s.add(cEmpty, 1)
+		wk.sleep(10 * time.Millisecond) // back off: there is nothing to claim
+		return false
+	case err != nil:
+		s.fail(err)
+		wk.sleep(10 * time.Millisecond)
+		return false
+	}
+	s.add(cAcquireCalls, 1)
+	s.add(cAcquired, int64(len(leases)))
+
+	if cfg.CrashRate > 0 && wk.rng.Float64() < cfg.CrashRate {
+		s.add(cCrashes, 1)
+		wk.w.orphan(leases)
+		return true
+	}
+	if cfg.PauseRate > 0 && wk.rng.Float64() < cfg.PauseRate {
+		s.add(cPauses, 1)
+		wk.sleep(cfg.PauseLength) // frozen: no renewal, then wakes up believing it still owns the ids
+	}
+	leases = wk.work(ctx, cfg, leases)
+	if wk.stopping() || (cfg.FailRate > 0 && wk.rng.Float64() < cfg.FailRate) {
+		wk.release(ctx, leases)
+		return false
+	}
+	wk.commit(ctx, cfg, leases, n)
+	s.observe(&s.cycle, time.Since(start))
+	s.add(cCycles, 1)
+	return false
+}
+
+// work simulates the external call, renewing the leases whenever RenewAt of
+// the TTL has passed. It returns the leases still held.
+func (wk *worker) work(ctx context.Context, cfg *Config, leases []engine.Lease) []engine.Lease {
+	left := time.Duration(0)
+	if cfg.Task > 0 {
+		left = time.Duration(math.Min(wk.rng.ExpFloat64(), 10) * float64(cfg.Task))
+	}
+	step := time.Duration(float64(cfg.TTL) * cfg.RenewAt)
+	for left > 0 {
+		d := left
+		renew := cfg.Renew && cfg.Lease && left > step
+		if renew {
+			d = step
+		}
+		if !wk.sleep(d) {
+			return leases
+		}
+		left -= d
+		if !renew {
+			continue
+		}
+		kept := leases[:0]
+		for _, l := range leases {
+			nl, err := wk.w.eng.LeaseRenew(ctx, &engine.LeaseRenewParams{ID: l.ID, Token: l.Token, TTL: cfg.TTL})
+			switch {
+			case err == nil:
+				wk.shard.add(cRenewed, 1)
+				kept = append(kept, nl)
+			case engine.IsRejected(err):
+				wk.shard.add(cLeaseLost, 1)
+			default:
+				wk.shard.fail(err)
+				kept = append(kept, l)
+			}
+		}
+		leases = kept
+	}
+	return leases
+}
+
+func (wk *worker) release(ctx context.Context, leases []engine.Lease) {
+	for _, l := range leases {
+		_, err := wk.w.eng.LeaseRelease(ctx, &engine.LeaseReleaseParams{ID: l.ID, Token: l.Token})
+		switch {
+		case err == nil:
+			wk.shard.add(cReleased, 1)
+		case engine.IsRejected(err):
+			wk.shard.add(cLeaseLost, 1)
+		default:
+			wk.shard.fail(err)
+		}
+	}
+}
+
+func (wk *worker) commit(ctx context.Context, cfg *Config, leases []engine.Lease, cycle int) {
+	s := wk.shard
+	reqID := func(l engine.Lease) string { return fmt.Sprintf("%s-%d-%d", wk.name, cycle, l.ID) }
+	if cfg.BatchCommit && cfg.Fencing && len(leases) > 1 {
+		items := make([]engine.CommitItem, len(leases))
+		for i, l := range leases {
+			items[i] = engine.CommitItem{ID: l.ID, Token: l.Token, RequestID: reqID(l)}
+		}
+		_, errs, err := wk.w.eng.LeaseCommitBatch(ctx, wk.name, items)
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		for _, e := range errs {
+			wk.countCommit(e, 0)
+		}
+		return
+	}
+	for _, l := range leases {
+		res, err := wk.w.eng.LeaseCommit(ctx, &engine.LeaseCommitParams{
+			ID: l.ID, Token: l.Token, Holder: wk.name, RequestID: reqID(l), NoFence: !cfg.Fencing})
+		wk.countCommit(err, res.PriorEffects)
+	}
+}
+
+func (wk *worker) countCommit(err error, prior int) {
+	s := wk.shard
+	switch {
+	case err == nil:
+		s.add(cCommitted, 1)
+		if prior > 0 {
+			s.add(cDouble, 1)
+		}
+	case engine.IsRejected(err):
+		s.add(cFenced, 1)
+	default:
+		s.fail(err)
+	}
+}

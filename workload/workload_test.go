@@ -1,0 +1,216 @@
+package workload_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(runner{m}) }
+
+type runner struct{ m *testing.M }
+
+func (r runner) Run() int { return pgtest.Run(r.m) }
+
+type bundle struct {
+	ctx context.Context
+	eng *engine.Engine
+}
+
+func setup(t *testing.T, size int) *bundle {
+	t.Helper()
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	schema := pgtest.MigratedSchema(t)
+	eng := engine.New(pgtest.Pool(t, schema, pgtest.Options{MaxConns: 40}))
+	if size > 0 {
+		if _, err := eng.Seed(ctx, size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &bundle{ctx: ctx, eng: eng}
+}
+
+// poll waits for cond with a deadline.
+func poll(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (b *bundle) audit(t *testing.T) engine.AuditReport {
+	t.Helper()
+	a, err := b.eng.Audit(b.ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestKnobsChangeWhileRunningAndStopCleanly(t *testing.T) {
+	b := setup(t, 20000)
+	cfg := workload.Defaults()
+	cfg.Workers, cfg.Task, cfg.TTL = 4, 30*time.Second, time.Minute // every worker sits on its lease
+	wl, err := workload.New(b.eng, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Start(b.ctx)
+	defer wl.Stop()
+	pending := func() int64 { return b.audit(t).Pending }
+	poll(t, "4 workers holding leases", 10*time.Second, func() bool { return wl.Snapshot().Workers == 4 && pending() == 4 })
+
+	cfg.Workers = 1
+	if err := wl.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	// The three stopped workers release their leases on the way out.
+	poll(t, "down to 1 worker", 10*time.Second, func() bool { return wl.Snapshot().Workers == 1 && pending() == 1 })
+	if s := wl.Snapshot(); s.Released != 3 {
+		t.Fatalf("released %d, want 3", s.Released)
+	}
+
+	cfg.Workers, cfg.Task = 6, 0
+	if err := wl.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "6 workers cycling", 10*time.Second, func() bool { s := wl.Snapshot(); return s.Workers == 6 && s.Committed > 100 })
+
+	bad := cfg
+	bad.Workers = workload.MaxWorkers + 1
+	if err := wl.SetConfig(bad); err == nil {
+		t.Fatal("a worker count above the limit was accepted")
+	}
+	bad = cfg
+	bad.CrashRate = 1.5
+	if err := wl.SetConfig(bad); err == nil {
+		t.Fatal("a crash rate above 1 was accepted")
+	}
+	wl.Stop()
+	a := b.audit(t)
+	if len(a.Violations) != 0 || a.Pending != 0 {
+		t.Fatalf("after a clean stop: %d PENDING, violations %v", a.Pending, a.Violations)
+	}
+	if s := wl.Snapshot(); s.Committed != a.Consumed || s.Workers != 0 {
+		t.Fatalf("workload counted %d commits, database has %d CONSUMED; %d workers left", s.Committed, a.Consumed, s.Workers)
+	}
+}
+
+func TestStrategyAndFencingKnobsApplyWithinACycle(t *testing.T) {
+	b := setup(t, 50000)
+	cfg := workload.Defaults()
+	cfg.Workers, cfg.Task = 4, 0
+	wl, err := workload.New(b.eng, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Start(b.ctx)
+	defer wl.Stop()
+	poll(t, "cycles", 10*time.Second, func() bool { return wl.Snapshot().Committed > 50 })
+	cfg.Strategy = engine.Optimistic
+	cfg.Workers = 8
+	if err := wl.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "optimistic conflicts", 20*time.Second, func() bool { return wl.Snapshot().Conflicts > 0 })
+	cfg.Strategy, cfg.Lease = engine.SkipLocked, false
+	if err := wl.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	wl.Reset()
+	if s := wl.Snapshot(); s.Committed > int64(cfg.Workers) {
+		t.Fatalf("reset left %d commits", s.Committed)
+	}
+	poll(t, "commits without leases", 10*time.Second, func() bool { return wl.Snapshot().Committed > 50 })
+	wl.Stop()
+	if a := b.audit(t); len(a.Violations) != 0 {
+		t.Fatalf("violations: %v", a.Violations)
+	}
+}
+
+func TestRefillTopsUpThePool(t *testing.T) {
+	b := setup(t, 0)
+	cfg := workload.Defaults()
+	cfg.Workers, cfg.Refill = 0, 2000
+	wl, err := workload.New(b.eng, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Start(b.ctx)
+	defer wl.Stop()
+	poll(t, "refilled ids", 10*time.Second, func() bool { return b.audit(t).Unused >= 400 })
+	if s := wl.Snapshot(); s.Refilled < 400 {
+		t.Fatalf("refilled %d", s.Refilled)
+	}
+}
+
+// chaos runs a scenario briefly and returns its summary.
+func chaos(t *testing.T, name string, d time.Duration) workload.Summary {
+	b := setup(t, 0)
+	sc, err := workload.ScenarioByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.eng.Seed(b.ctx, 30000); err != nil {
+		t.Fatal(err)
+	}
+	s, err := workload.Chaos(b.ctx, b.eng, sc, d, 7, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: cycles %d committed %d fenced %d double %d crashes %d pauses %d lost %d reclaimed %d lag %.0f/%.0f ms expected %v violations %v",
+		name, s.Cycles, s.Committed, s.FencedRejections, s.DoubleFinalizations, s.Crashes, s.Pauses, s.LostIDs,
+		s.Reclaimed, s.MaxReclaimLagMS, s.ReclaimBoundMS, s.Expected, s.Violations)
+	return s
+}
+
+func TestChaosCrashWithLeaseRecoversEveryID(t *testing.T) {
+	s := chaos(t, "crash-with-lease", 3*time.Second)
+	if !s.OK() || s.Crashes == 0 || s.LostIDs != 0 || s.Reclaimed < s.Crashes {
+		t.Fatalf("crash-with-lease: %+v", s)
+	}
+}
+
+func TestChaosCrashNoLeaseLeaks(t *testing.T) {
+	s := chaos(t, "crash-no-lease", 3*time.Second)
+	if !s.OK() || s.LostIDs == 0 || s.LostIDs != s.Audit.PendingUnleased || s.Reclaimed != 0 {
+		t.Fatalf("crash-no-lease: %+v", s)
+	}
+}
+
+func TestChaosPauseWithFencingRejectsZombies(t *testing.T) {
+	s := chaos(t, "pause-with-fencing", 5*time.Second)
+	if !s.OK() || s.Pauses == 0 || s.FencedRejections == 0 || s.DoubleFinalizations != 0 {
+		t.Fatalf("pause-with-fencing: %+v", s)
+	}
+}
+
+func TestChaosPauseNoFencingDoubleFinalizes(t *testing.T) {
+	s := chaos(t, "pause-no-fencing", 5*time.Second)
+	if !s.OK() || s.DoubleFinalizations == 0 || len(s.Expected) == 0 {
+		t.Fatalf("pause-no-fencing: %+v", s)
+	}
+}
+
+func TestScenarioNames(t *testing.T) {
+	if _, err := workload.ScenarioByName("nope"); err == nil {
+		t.Fatal("unknown scenario accepted")
+	}
+	for _, sc := range workload.Scenarios {
+		if err := sc.Config(1).Validate(); err != nil {
+			t.Errorf("%s: %v", sc.Name, err)
+		}
+	}
+}
