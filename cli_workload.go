@@ -52,6 +52,9 @@ func newChaosCmd(g *globals) *cobra.Command {
 		duration time.Duration
 		seed     uint64
 		poolSize int
+		workers  int
+		crash    float64
+		pause    float64
 	)
 	var names []string
 	for _, s := range workload.Scenarios {
@@ -97,7 +100,23 @@ Scenarios:
 			}
 			fmt.Fprintf(g.stderr, "chaos: %s for %v on %d ids (seed %d)\n", sc.Name, duration, poolSize, seed)
 			start := time.Now()
-			sum, err := workload.Chaos(ctx, d.eng, sc, duration, seed, func(s workload.Snapshot) {
+			override := func(c *workload.Config) {
+				if cmd.Flags().Changed("workers") {
+					c.Workers = workers
+				}
+				if cmd.Flags().Changed("crash-rate") {
+					c.CrashRate = crash
+				}
+				if cmd.Flags().Changed("pause-rate") {
+					c.PauseRate = pause
+				}
+			}
+			probe := sc.Config(seed)
+			override(&probe)
+			if err := probe.Validate(); err != nil {
+				return usageError{err}
+			}
+			sum, err := workload.Chaos(ctx, d.eng, sc, duration, seed, override, func(s workload.Snapshot) {
 				fmt.Fprintf(g.stderr, "  %3.0fs cycles %d committed %d fenced %d crashes %d pauses %d dead-held %d reclaimed %d empty %d\n",
 					time.Since(start).Seconds(), s.Cycles, s.Committed, s.FencedRejections, s.Crashes, s.Pauses, s.DeadHeld, s.Reclaimed, s.EmptyPool)
 			})
@@ -122,6 +141,9 @@ Scenarios:
 	f.DurationVar(&duration, "duration", 30*time.Second, "how long the faults run")
 	f.Uint64Var(&seed, "seed", 1, "random seed: the same seed makes the same fault decisions")
 	f.IntVar(&poolSize, "pool-size", 0, "ids in the pool (default: the scenario's)")
+	f.IntVar(&workers, "workers", 0, "override the scenario's worker count")
+	f.Float64Var(&crash, "crash-rate", 0, "override the chance per cycle that a worker dies holding its leases")
+	f.Float64Var(&pause, "pause-rate", 0, "override the chance per cycle that a worker freezes past its lease")
 	f.BoolVar(&g.jsonOut, "json", false, "print the summary as JSON")
 	return cmd
 }

@@ -137,7 +137,7 @@ type Reaper struct {
 	cfg    atomic.Pointer[ReaperConfig]
 
 	passes, reclaimed, errs, maxLag, maxBatch atomic.Int64
-	lastErr                         atomic.Pointer[error]
+	lastErr                                   atomic.Pointer[error]
 
 	mu     sync.Mutex
 	cancel context.CancelFunc

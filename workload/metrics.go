@@ -37,9 +37,9 @@ type ErrorClass int
 
 // Error classes.
 const (
-	ErrClassTimeout ErrorClass = iota // statement or lock timeout, context deadline
-	ErrClassConn                      // connection lost or refused
-	ErrClassContended                 // optimistic claim lost every attempt
+	ErrClassTimeout   ErrorClass = iota // statement or lock timeout, context deadline
+	ErrClassConn                        // connection lost or refused
+	ErrClassContended                   // optimistic claim lost every attempt
 	ErrClassOther
 	numErrClasses
 )

@@ -166,7 +166,7 @@ func chaos(t *testing.T, name string, d time.Duration) workload.Summary {
 	if _, err := b.eng.Seed(b.ctx, 30000); err != nil {
 		t.Fatal(err)
 	}
-	s, err := workload.Chaos(b.ctx, b.eng, sc, d, 7, nil)
+	s, err := workload.Chaos(b.ctx, b.eng, sc, d, 7, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
