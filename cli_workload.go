@@ -90,7 +90,7 @@ Scenarios:
 			if poolSize < 1 || poolSize > engine.MaxSeed {
 				return usageError{fmt.Errorf("--pool-size %d: between 1 and %d", poolSize, engine.MaxSeed)}
 			}
-			d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 40, write: true, migrate: true})
+			d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 16, write: true, migrate: true})
 			if err != nil {
 				return err
 			}
@@ -221,14 +221,15 @@ func newBenchCmd(g *globals) *cobra.Command {
 		duration, warmup    time.Duration
 		poolSize            int
 		noPgbench           bool
+		maxConns, batch     int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the claim strategies side by side, with pgbench as the ceiling",
 		Long: `Run the full acquire → fenced commit cycle for each strategy at each worker
 count, each on a fresh pool after a warm-up, and print acquires (ids claimed)
-per second and claim latency. "batched" claims 100 ids per statement and
-commits 100 fenced effects per statement, each row still checked on its own
+per second and claim latency. "batched" claims --batch ids per statement and
+commits as many fenced effects per statement (--batch), each row still checked on its own
 token. When pgbench is installed, it runs the same single-row cycle SQL at
 the same concurrency as the ceiling. The last lines give the SKIP LOCKED /
 blocking ratio per worker count.`,
@@ -260,7 +261,18 @@ blocking ratio per worker count.`,
 			for _, n := range counts {
 				maxW = max(maxW, n)
 			}
-			d, err := g.open(ctx, openOptions{appName: "pooltop-bench", maxConns: int32(min(maxW, 64)), write: true, migrate: true})
+			if maxConns < 1 || maxConns > 256 {
+				return usageError{fmt.Errorf("--max-conns %d: between 1 and 256", maxConns)}
+			}
+			if batch < 1 || batch > workload.MaxBatch {
+				return usageError{fmt.Errorf("--batch %d: between 1 and %d", batch, workload.MaxBatch)}
+			}
+			for i := range modes {
+				if modes[i].Batched {
+					modes[i].Batch = batch
+				}
+			}
+			d, err := g.open(ctx, openOptions{appName: "pooltop-bench", maxConns: int32(min(maxW, maxConns)), write: true, migrate: true})
 			if err != nil {
 				return err
 			}
@@ -306,6 +318,8 @@ blocking ratio per worker count.`,
 	f.DurationVar(&warmup, "warmup", time.Second, "unmeasured time before each run")
 	f.IntVar(&poolSize, "pool-size", 300_000, "ids in the fresh pool of each run")
 	f.BoolVar(&noPgbench, "no-pgbench", false, "do not run pgbench as the ceiling")
+	f.IntVar(&maxConns, "max-conns", 16, "connections the workers share: more workers queue in Go, not in PostgreSQL")
+	f.IntVar(&batch, "batch", 1000, "ids per claim and per commit in the batched mode")
 	f.BoolVar(&g.jsonOut, "json", false, "print JSON")
 	return cmd
 }

@@ -142,7 +142,7 @@ started from the system's binaries and removed on exit.
 	pf.StringVar(&g.dsn, "dsn", "", "PostgreSQL URL or key=value string (default: $DATABASE_URL, the PG* variables, else an embedded server)")
 	pf.StringVar(&g.schema, "schema", "public", "schema that holds the pool")
 	demo.addFlags(root)
-	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g), newBenchCmd(g), newChaosCmd(g), newVerifyCmd(g))
+	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g), newBenchCmd(g), newChaosCmd(g), newVerifyCmd(g), newWatchCmd(g))
 	for _, c := range root.Commands() {
 		wrapArgs(c)
 	}

@@ -66,7 +66,9 @@ func (e *Engine) LeaseCommitBatch(ctx context.Context, holder string, items []Co
 	}
 	results := make([]CommitResult, len(items))
 	errs := make([]error, len(items))
-	rows, err := e.db.Query(ctx, sqlCommitBatch, ids, tokens, reqs, payloads, holder)
+	// Planned with the actual arrays every time: the cached generic plan of
+	// this statement misjudges unnest() and runs ten times slower.
+	rows, err := e.db.Query(ctx, sqlCommitBatch, pgx.QueryExecModeExec, ids, tokens, reqs, payloads, holder)
 	if err != nil {
 		return nil, nil, dbError("commit batch", err)
 	}
@@ -213,7 +215,7 @@ func (e *Engine) StillHeld(ctx context.Context, ids, tokens []int64) ([]int64, e
 	}
 	rows, err := e.db.Query(ctx, `
 SELECT r.id FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
-JOIN resource_pool r ON r.id = t.id AND r.lease_token = t.token AND r.status = 'PENDING'`, ids, tokens)
+JOIN resource_pool r ON r.id = t.id AND r.lease_token = t.token AND r.status = 'PENDING'`, pgx.QueryExecModeExec, ids, tokens)
 	if err != nil {
 		return nil, dbError("still held", err)
 	}

@@ -50,8 +50,10 @@ FROM locked
 WHERE r.id = locked.id AND r.status = 'UNUSED'
 RETURNING r.id, r.identifier, r.lease_token, r.leased_until`
 
-// The blocking anti-pattern, first half: lock the first free rows and wait
-// for any that another transaction holds.
+// The blocking anti-pattern, as seed 001 §5.2 writes it with an ORM: lock the
+// first free rows (waiting for any that another transaction holds), load
+// them (findById), then update them, in one transaction: the row locks are
+// held across all of its round trips.
 const sqlAcquireBlockingSelect = `
 SELECT id FROM resource_pool
 WHERE status = 'UNUSED'
@@ -62,6 +64,8 @@ FOR NO KEY UPDATE`
 // Second half of both the blocking and the optimistic strategies: update the
 // chosen rows if they are still free at the token that was read ($4 NULL
 // skips the version check: the blocking strategy already holds the locks).
+// Like every statement over unnest() arrays, it is run unprepared
+// (QueryExecModeExec) so that each execution is planned for its arrays.
 const sqlAcquireChosen = `
 UPDATE resource_pool AS r
 SET status = 'PENDING',
@@ -79,6 +83,9 @@ SELECT id, lease_token FROM resource_pool
 WHERE status = 'UNUSED'
 ORDER BY id
 LIMIT %d`
+
+// The ORM's findById between the lock and the update.
+const sqlAcquireBlockingLoad = `SELECT id, identifier, status, lease_token FROM resource_pool WHERE id = ANY($1)`
 
 // optimisticAttempts bounds the retries of one optimistic claim.
 const optimisticAttempts = 16
@@ -167,8 +174,11 @@ func (e *Engine) acquireBlocking(ctx context.Context, p *LeaseAcquireParams, ttl
 		if err != nil || len(ids) == 0 {
 			return err
 		}
+		if _, err := tx.Exec(ctx, sqlAcquireBlockingLoad, ids); err != nil {
+			return err
+		}
 		tokens := make([]*int64, len(ids))
-		leases, err = e.acquireRows(ctx, tx, sqlAcquireChosen, p.Holder, ttl, ids, tokens)
+		leases, err = e.acquireRows(ctx, tx, sqlAcquireChosen, pgx.QueryExecModeExec, p.Holder, ttl, ids, tokens)
 		return err
 	})
 	return leases, err
@@ -199,7 +209,7 @@ func (e *Engine) acquireOptimistic(ctx context.Context, p *LeaseAcquireParams, t
 		if len(ids) == 0 {
 			return nil, nil
 		}
-		leases, err := e.acquireRows(ctx, e.db, sqlAcquireChosen, p.Holder, ttl, ids, tokens)
+		leases, err := e.acquireRows(ctx, e.db, sqlAcquireChosen, pgx.QueryExecModeExec, p.Holder, ttl, ids, tokens)
 		if err != nil {
 			return nil, err
 		}

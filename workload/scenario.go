@@ -152,6 +152,7 @@ run:
 			break run
 		case <-tick.C:
 			if progress != nil {
+				_, _ = wl.RefreshOrphans(ctx) // so DeadHeld counts only ids not yet reclaimed
 				progress(wl.Snapshot())
 			}
 		}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pooltop-dev/pooltop/collector"
+)
+
+// watchOptions are the flags of pooltop watch.
+type watchOptions struct {
+	table    string
+	headless bool
+	count    int
+	interval time.Duration
+	stuck    time.Duration
+	alerts   collector.AlertConfig
+}
+
+func (o *watchOptions) addFlags(c *cobra.Command) {
+	f := c.Flags()
+	f.StringVar(&o.table, "table", "", "the pool table as schema.table (default: --schema's resource_pool)")
+	f.BoolVar(&o.headless, "headless", false, "print one snapshot per poll instead of the dashboard")
+	f.IntVar(&o.count, "count", 0, "with --headless: stop after this many polls (0: until Ctrl-C)")
+	f.DurationVar(&o.interval, "interval", time.Second, "time between polls (0.25s to 60s)")
+	f.DurationVar(&o.stuck, "stuck", 5*time.Minute, "PENDING rows unchanged for longer count as stuck")
+	f.DurationVar(&o.alerts.LockWait, "alert-lock-wait", 50*time.Millisecond, "alert when a session waits on a lock longer than this")
+	f.DurationVar(&o.alerts.DepletionWithin, "alert-depletion", 15*time.Minute, "alert when UNUSED runs out sooner than this at the current burn")
+	f.DurationVar(&o.alerts.ExpiredAfter, "alert-expired", time.Second, "alert when a lease expired longer ago than this is still PENDING (one reaper interval)")
+	f.Float64Var(&o.alerts.DeadRatio, "alert-dead-ratio", 0.2, "alert when dead tuples exceed this fraction of the table")
+	f.Float64Var(&o.alerts.Connections, "alert-connections", 0.9, "alert when connections exceed this fraction of max_connections")
+}
+
+func (o *watchOptions) config(g *globals, dsn string) (collector.Config, error) {
+	table := o.table
+	if table == "" {
+		table = g.schema + ".resource_pool"
+	}
+	if _, _, err := collector.ParseTable(table); err != nil {
+		return collector.Config{}, usageError{fmt.Errorf("--table: %w", err)}
+	}
+	if o.interval < collector.MinInterval || o.interval > collector.MaxInterval {
+		return collector.Config{}, usageError{fmt.Errorf("--interval %v: between %v and %v", o.interval, collector.MinInterval, collector.MaxInterval)}
+	}
+	if o.count < 0 {
+		return collector.Config{}, usageError{fmt.Errorf("--count %d: must not be negative", o.count)}
+	}
+	return collector.Config{DSN: dsn, Table: table, Interval: o.interval, StuckAfter: o.stuck, Alerts: o.alerts}, nil
+}
+
+func newWatchCmd(g *globals) *cobra.Command {
+	o := &watchOptions{}
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "Watch an existing pool, read-only (dashboard, or --headless snapshots)",
+		Long: `Watch an existing pool without writing anything: counts by status, lock
+waits and who blocks whom, dead tuples and vacuum, burn rate and depletion
+ETA, alerts. Works with a role that has only SELECT on the table and
+pg_monitor (without pg_monitor it says what it cannot see), and on a table
+with only the seed's columns. Sessions are read-only (application_name
+pooltop-collector).
+
+Figures listed under "estimated" come from statistics or a rolling
+recount spread over several polls instead of one exact count: an exact
+count of a ten-million-row pool takes seconds and slows the workers.
+
+  pooltop watch --dsn postgres://… --table public.resource_pool
+  pooltop watch --dsn … --headless --json --count 10 --interval 1s`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if g.wantsEmbedded() {
+				return usageError{errors.New("watch needs a database to watch: pass --dsn (or set DATABASE_URL or PGHOST); run pooltop with no command for the demo")}
+			}
+			cfg, err := o.config(g, g.resolvedDSN())
+			if err != nil {
+				return err
+			}
+			col, err := newCollector(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer col.Close()
+			return runHeadless(ctx, g, col, o)
+		},
+	}
+	o.addFlags(cmd)
+	cmd.Flags().BoolVar(&g.jsonOut, "json", false, "with --headless: one JSON object per line")
+	return cmd
+}
+
+// newCollector connects the collector, turning connection failures into one line.
+func newCollector(ctx context.Context, cfg collector.Config) (*collector.Collector, error) {
+	col, err := collector.New(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, collector.ErrNoTable) || strings.HasPrefix(err.Error(), "parse --dsn") {
+			return nil, err
+		}
+		return nil, fmt.Errorf("watch: %w", err)
+	}
+	return col, nil
+}
+
+// runHeadless polls every interval and prints one line per poll.
+func runHeadless(ctx context.Context, g *globals, col *collector.Collector, o *watchOptions) error {
+	tick := time.NewTicker(o.interval)
+	defer tick.Stop()
+	var lastErr error
+	for n := 0; o.count == 0 || n < o.count; n++ {
+		if n > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+		}
+		pctx, cancel := context.WithTimeout(ctx, o.interval+5*time.Second)
+		s, err := col.Poll(pctx)
+		cancel()
+		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+			return nil
+		}
+		lastErr = err
+		if err != nil {
+			fmt.Fprintf(g.stderr, "pooltop: poll failed (retrying): %s\n", oneLine(g.redact(err.Error())))
+			continue
+		}
+		if g.jsonOut {
+			if err := writeJSON(g.stdout, s); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintln(g.stdout, snapshotLine(s))
+	}
+	if lastErr != nil {
+		return fmt.Errorf("last poll failed: %w", lastErr)
+	}
+	return nil
+}
+
+// snapshotLine is the text form of a snapshot: one line for a terminal or a log.
+func snapshotLine(s collector.Snapshot) string {
+	est := ""
+	if len(s.Pool.Estimated) > 0 {
+		est = " (~" + strings.Join(s.Pool.Estimated, ",~") + ")"
+	}
+	eta := "-"
+	if s.DepletionETAS != nil {
+		eta = (time.Duration(*s.DepletionETAS) * time.Second).String()
+	}
+	var alerts []string
+	for _, a := range s.Alerts {
+		if a.Active {
+			alerts = append(alerts, a.Name)
+		}
+	}
+	line := fmt.Sprintf("%s unused %d pending %d expired %d consumed %d%s | lock waiters %d max %.0fms | dead %d (%.1f%%) | burn %.1f/s eta %s | poll %.1fms",
+		s.Time.Format("15:04:05"), s.Pool.Unused, s.Pool.Pending, s.Pool.Expired, s.Pool.Consumed, est,
+		s.LockWaiters, s.LockWaitMaxMS, s.DeadTuples, 100*s.DeadRatio, s.BurnPerS, eta, s.PollMS)
+	if len(alerts) > 0 {
+		line += " | ALERT " + strings.Join(alerts, ",")
+	}
+	return line
+}

@@ -1,0 +1,537 @@
+// Package collector polls PostgreSQL (and, in the demo, the workload) for
+// the live signals of a resource pool: counts by status, lock waits and who
+// blocks whom, dead tuples and vacuum, burn rate and time to exhaustion. It
+// keeps them in bounded time series and raises alerts. It never writes: its
+// sessions are read-only, and it is cheap enough to point at a production
+// pool of ten million rows during an incident.
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+// WorkloadSource is what the collector reads from a workload running in the
+// same process. Reading must not slow the workers (workload.Snapshot takes
+// no lock they share).
+type WorkloadSource interface {
+	Snapshot() workload.Snapshot
+	RefreshOrphans(ctx context.Context) (int, error)
+}
+
+// AlertConfig holds the alert thresholds; the defaults are the seed's.
+type AlertConfig struct {
+	LockWait        time.Duration // a session waits on a lock longer than this (seed 001 §7: 50 ms)
+	DepletionWithin time.Duration // UNUSED runs out sooner than this at the current burn (15 min)
+	ExpiredAfter    time.Duration // a lease expired longer ago than this is still PENDING (one reaper interval)
+	DeadRatio       float64       // dead / (live + dead) tuples above this
+	Connections     float64       // connections above this fraction of max_connections
+}
+
+// Config configures a Collector. Zero fields take defaults.
+type Config struct {
+	DSN   string
+	Table string // "schema.table" or "table" (public); default public.resource_pool
+	// Interval is how often Run polls; 0.25 s to 60 s, default 1 s.
+	Interval time.Duration
+	// StuckAfter: PENDING rows unchanged for longer count as stuck; default 5 min.
+	StuckAfter time.Duration
+	// History is how many points each series keeps; default 3600 (an hour at 1 Hz).
+	History int
+	// CountBudget bounds the time a poll spends recounting UNUSED ids; default 4 ms.
+	CountBudget time.Duration
+	// PendingCap bounds the PENDING rows counted exactly per poll; default 100,000.
+	PendingCap int
+	Alerts     AlertConfig
+	Workload   WorkloadSource
+}
+
+// Interval limits.
+const (
+	MinInterval = 250 * time.Millisecond
+	MaxInterval = 60 * time.Second
+)
+
+func (c *Config) defaults() error {
+	if c.Table == "" {
+		c.Table = "public.resource_pool"
+	}
+	if c.Interval == 0 {
+		c.Interval = time.Second
+	}
+	if c.Interval < MinInterval || c.Interval > MaxInterval {
+		return fmt.Errorf("interval %v: between %v and %v", c.Interval, MinInterval, MaxInterval)
+	}
+	if c.StuckAfter == 0 {
+		c.StuckAfter = 5 * time.Minute
+	}
+	if c.History == 0 {
+		c.History = 3600
+	}
+	if c.CountBudget == 0 {
+		c.CountBudget = 4 * time.Millisecond
+	}
+	if c.PendingCap == 0 {
+		c.PendingCap = 100_000
+	}
+	a := &c.Alerts
+	if a.LockWait == 0 {
+		a.LockWait = 50 * time.Millisecond
+	}
+	if a.DepletionWithin == 0 {
+		a.DepletionWithin = 15 * time.Minute
+	}
+	if a.ExpiredAfter == 0 {
+		a.ExpiredAfter = time.Second
+	}
+	if a.DeadRatio == 0 {
+		a.DeadRatio = 0.2
+	}
+	if a.Connections == 0 {
+		a.Connections = 0.9
+	}
+	if c.StuckAfter < 0 || c.History < 1 || c.CountBudget < 0 || a.LockWait < 0 || a.DepletionWithin < 0 ||
+		a.ExpiredAfter < 0 || a.DeadRatio < 0 || a.DeadRatio > 1 || a.Connections <= 0 || a.Connections > 1 {
+		return errors.New("collector thresholds out of range")
+	}
+	return nil
+}
+
+var ident = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+
+// ParseTable splits "schema.table" (or "table", in public) and checks both
+// parts are plain identifiers.
+func ParseTable(s string) (schema, table string, err error) {
+	schema, table, found := strings.Cut(s, ".")
+	if !found {
+		schema, table = "public", s
+	}
+	if !ident.MatchString(schema) || !ident.MatchString(table) {
+		return "", "", fmt.Errorf("table %q: give schema.table with plain identifiers (letters, digits, _)", s)
+	}
+	return schema, table, nil
+}
+
+// target is what the collector learned about the table once, at start.
+type target struct {
+	oid          uint32
+	ledgerOID    uint32 // 0 when there is no business_ledger beside it
+	qualified    string // quoted schema.table
+	schema, name string
+	hasLeased    bool // leased_until column
+	hasUpdated   bool // updated_at column
+	unusedIndex  string
+	pendingIndex string
+	version      int  // server_version_num
+	monitor      bool // pg_monitor or superuser
+	versionText  string
+}
+
+// Collector polls one pool. Poll is safe to call from one goroutine at a
+// time (the dashboard keeps one poll in flight); Series, Events and Info
+// may be read from any goroutine.
+type Collector struct {
+	cfg  Config
+	pool *pgxpool.Pool
+	t    target
+
+	unused unusedCounter
+
+	mu     sync.Mutex // guards what follows
+	series map[string]*Ring
+	events *eventRing
+	prev   *raw
+	burn   float64 // smoothed
+	alerts map[string]*Alert
+}
+
+// New connects with its own small read-only pool and resolves the table.
+func New(ctx context.Context, cfg Config) (*Collector, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	schema, table, err := ParseTable(cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("parse --dsn: %s", redactParse(err))
+	}
+	pcfg.MaxConns = 2
+	rp := pcfg.ConnConfig.RuntimeParams
+	rp["application_name"] = "pooltop-collector"
+	rp["statement_timeout"] = "2000"
+	rp["lock_timeout"] = "100"
+	rp["idle_in_transaction_session_timeout"] = "5000"
+	// Watch mode must never write: every transaction of this pool is read-only.
+	rp["default_transaction_read_only"] = "on"
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Collector{cfg: cfg, pool: pool, series: map[string]*Ring{}, events: newEventRing(200), alerts: map[string]*Alert{}}
+	for _, s := range allSeries {
+		c.series[s] = NewRing(cfg.History)
+	}
+	if err := c.resolve(ctx, schema, table); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close releases the collector's connections.
+func (c *Collector) Close() { c.pool.Close() }
+
+// Config returns the configuration in force (with defaults applied).
+func (c *Collector) Config() Config { return c.cfg }
+
+// ErrNoTable is returned when the table does not exist or is not visible.
+var ErrNoTable = errors.New("table not found")
+
+func (c *Collector) resolve(ctx context.Context, schema, table string) error {
+	t := &c.t
+	t.schema, t.name = schema, table
+	t.qualified = pgx.Identifier{schema, table}.Sanitize()
+	err := c.pool.QueryRow(ctx, `
+SELECT current_setting('server_version_num')::int, current_setting('server_version'),
+       pg_has_role(current_user, 'pg_monitor', 'MEMBER') OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)`).
+		Scan(&t.version, &t.versionText, &t.monitor)
+	if err != nil {
+		return err
+	}
+	if t.version < 120000 {
+		return fmt.Errorf("PostgreSQL %s is too old: pooltop watch needs 12 or newer", t.versionText)
+	}
+	err = c.pool.QueryRow(ctx, `
+SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, schema, table).Scan(&t.oid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %s.%s does not exist or this role cannot see it: check --table (schema.table) and the role's privileges", ErrNoTable, schema, table)
+	}
+	if err != nil {
+		return err
+	}
+	cols := map[string]bool{}
+	rows, err := c.pool.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, t.oid)
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		cols[n] = true
+	}
+	if !cols["id"] || !cols["status"] {
+		return fmt.Errorf("%s.%s has no id and status columns: it is not a resource pool (see the seed's resource_pool)", schema, table)
+	}
+	t.hasLeased, t.hasUpdated = cols["leased_until"], cols["updated_at"]
+	var can bool
+	if err := c.pool.QueryRow(ctx, `SELECT has_table_privilege($1::oid, 'SELECT')`, t.oid).Scan(&can); err != nil {
+		return err
+	}
+	if !can {
+		return fmt.Errorf("this role has no SELECT on %s.%s: grant it (GRANT SELECT ON %s TO …)", schema, table, t.qualified)
+	}
+	// Partial indexes the fast paths rely on.
+	rows, err = c.pool.Query(ctx, `
+SELECT i.indexrelid::regclass::text, pg_get_expr(i.indpred, i.indrelid)
+FROM pg_index i WHERE i.indrelid = $1 AND i.indpred IS NOT NULL AND i.indisvalid`, t.oid)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var name, pred string
+		if err := rows.Scan(&name, &pred); err != nil {
+			rows.Close()
+			return err
+		}
+		switch {
+		case strings.Contains(pred, "'UNUSED'") && t.unusedIndex == "":
+			t.unusedIndex = name
+		case strings.Contains(pred, "'PENDING'") && t.pendingIndex == "":
+			t.pendingIndex = name
+		}
+	}
+	rows.Close()
+	var ledger *uint32
+	if err := c.pool.QueryRow(ctx, `SELECT to_regclass($1)::oid`, pgx.Identifier{schema, "business_ledger"}.Sanitize()).Scan(&ledger); err != nil {
+		return err
+	}
+	if ledger != nil {
+		t.ledgerOID = *ledger
+	}
+	return nil
+}
+
+// Info describes the server and table for the dashboard's header.
+type Info struct {
+	Host, Database, User string
+	Version              string
+	Table                string
+	Monitor              bool
+}
+
+// Info returns what the header shows. It never includes the password.
+func (c *Collector) Info() Info {
+	cc := c.pool.Config().ConnConfig
+	return Info{Host: fmt.Sprintf("%s:%d", cc.Host, cc.Port), Database: cc.Database, User: cc.User,
+		Version: c.t.versionText, Table: c.t.schema + "." + c.t.name, Monitor: c.t.monitor}
+}
+
+// raw is what one poll read, before rates.
+type raw struct {
+	at                    time.Time
+	unused, pending       int64
+	live, dead            int64
+	upd                   int64
+	consumed              int64
+	acquired, committed   int64
+	fenced, double        int64
+	crashes, reclaimed    int64
+	haveWorkload          bool
+	unusedOK, consumedEst bool
+}
+
+// Poll reads every signal once and returns the snapshot. On error the
+// collector keeps its history; the caller shows the error and polls again.
+func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
+	start := time.Now()
+	s := Snapshot{Time: start, Waiters: []Waiter{}, Blockers: []Blocker{}, Alerts: []Alert{}, Pool: Pool{Estimated: []string{}}}
+	if !c.t.monitor {
+		s.Limits = append(s.Limits, "no pg_monitor: lock waits, queries and xmin of other roles' sessions are hidden")
+	}
+	if err := c.pollTable(ctx, &s); err != nil {
+		return s, err
+	}
+	if err := c.pollPending(ctx, &s); err != nil {
+		return s, err
+	}
+	if err := c.unused.count(ctx, c, &s); err != nil {
+		return s, err
+	}
+	if err := c.pollLocks(ctx, &s); err != nil {
+		return s, err
+	}
+	if err := c.pollServer(ctx, &s); err != nil {
+		return s, err
+	}
+	// CONSUMED is what remains of the live-tuple count, itself an estimate
+	// kept by the statistics system.
+	s.Pool.Consumed = max(0, s.Pool.Total-s.Pool.Unused-s.Pool.Pending)
+	s.Pool.Estimated = append(s.Pool.Estimated, "consumed")
+	if c.cfg.Workload != nil {
+		if _, err := c.cfg.Workload.RefreshOrphans(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			s.Limits = append(s.Limits, "workload orphans: "+err.Error())
+		}
+		ws := c.cfg.Workload.Snapshot()
+		s.Workload = &ws
+	}
+	s.PollMS = float64(time.Since(start).Microseconds()) / 1000
+	c.record(&s)
+	return s, nil
+}
+
+func (c *Collector) pollTable(ctx context.Context, s *Snapshot) error {
+	var lastAuto *time.Time
+	err := c.pool.QueryRow(ctx, `
+SELECT coalesce(n_live_tup, 0), coalesce(n_dead_tup, 0), coalesce(autovacuum_count, 0), last_autovacuum
+FROM pg_stat_user_tables WHERE relid = $1`, c.t.oid).Scan(&s.LiveTuples, &s.DeadTuples, &s.AutovacuumCount, &lastAuto)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("table statistics: %w", err)
+	}
+	s.LastAutovacuum = lastAuto
+	if tot := s.LiveTuples + s.DeadTuples; tot > 0 {
+		s.DeadRatio = float64(s.DeadTuples) / float64(tot)
+	}
+	s.Pool.Total = s.LiveTuples
+	return nil
+}
+
+func (c *Collector) pollPending(ctx context.Context, s *Snapshot) error {
+	if c.t.pendingIndex == "" || !c.t.hasLeased || !c.t.hasUpdated {
+		// Without an index on PENDING rows an exact count scans the table:
+		// use the planner's statistics instead.
+		return c.estimateByStats(ctx, s)
+	}
+	var oldest *float64
+	var n int64
+	err := c.pool.QueryRow(ctx, fmt.Sprintf(`
+SELECT count(*),
+       count(*) FILTER (WHERE leased_until < now()),
+       count(*) FILTER (WHERE leased_until < now() - $1::bigint * interval '1 microsecond'),
+       count(*) FILTER (WHERE updated_at < now() - $2::bigint * interval '1 microsecond'),
+       extract(epoch FROM now() - min(updated_at))::float8
+FROM (SELECT leased_until, updated_at FROM %s WHERE status = 'PENDING' LIMIT %d) p`, c.t.qualified, c.cfg.PendingCap+1),
+		c.cfg.Alerts.ExpiredAfter.Microseconds(), c.cfg.StuckAfter.Microseconds()).
+		Scan(&n, &s.Pool.Expired, &s.Pool.ExpiredOld, &s.Pool.Stuck, &oldest)
+	if err != nil {
+		return fmt.Errorf("pending leases: %w", err)
+	}
+	if n > int64(c.cfg.PendingCap) {
+		s.Pool.PendingCapped = true
+		s.Pool.Estimated = append(s.Pool.Estimated, "pending")
+		n = int64(c.cfg.PendingCap)
+	}
+	s.Pool.Pending = n
+	s.Pool.OldestPendingS = oldest
+	return nil
+}
+
+// estimateByStats fills PENDING from pg_stats (as of the last ANALYZE).
+func (c *Collector) estimateByStats(ctx context.Context, s *Snapshot) error {
+	var vals []string
+	var freqs []float32
+	err := c.pool.QueryRow(ctx, `
+SELECT coalesce(most_common_vals::text::text[], '{}'), coalesce(most_common_freqs, '{}')
+FROM pg_stats WHERE schemaname = $1 AND tablename = $2 AND attname = 'status'`, c.t.schema, c.t.name).Scan(&vals, &freqs)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("status statistics: %w", err)
+	}
+	for i, v := range vals {
+		if v == "PENDING" && i < len(freqs) {
+			s.Pool.Pending = int64(math.Round(float64(freqs[i]) * float64(s.LiveTuples)))
+		}
+	}
+	s.Pool.Estimated = append(s.Pool.Estimated, "pending", "expired", "stuck")
+	s.Limits = append(s.Limits, "no partial index on PENDING rows: pending, expired and stuck are estimates from the last ANALYZE")
+	return nil
+}
+
+func (c *Collector) pollLocks(ctx context.Context, s *Snapshot) error {
+	rels := []uint32{c.t.oid}
+	if c.t.ledgerOID != 0 {
+		rels = append(rels, c.t.ledgerOID)
+	}
+	waitStart := "a.state_change" // before PostgreSQL 14 there is no pg_locks.waitstart
+	if c.t.version >= 140000 {
+		waitStart = "(SELECT min(l.waitstart) FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted)"
+	}
+	rows, err := c.pool.Query(ctx, fmt.Sprintf(`
+WITH touching AS (
+    SELECT DISTINCT pid FROM pg_locks WHERE relation = ANY($1::oid[]) AND pid IS NOT NULL
+)
+SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.usename::text, ''), coalesce(a.state, ''),
+       coalesce(a.wait_event_type, '') || coalesce(':' || a.wait_event, ''),
+       CASE WHEN a.wait_event_type = 'Lock' THEN extract(epoch FROM now() - %s) * 1000 END,
+       CASE WHEN a.wait_event_type = 'Lock' THEN pg_blocking_pids(a.pid) END,
+       left(coalesce(a.query, ''), 300)
+FROM pg_stat_activity a JOIN touching t ON t.pid = a.pid
+WHERE a.pid <> pg_backend_pid()`, waitStart), rels)
+	if err != nil {
+		return fmt.Errorf("lock waits: %w", err)
+	}
+	type sess struct {
+		w       Waiter
+		waiting bool
+	}
+	all := map[int32]*sess{}
+	for rows.Next() {
+		var x sess
+		var ms *float64
+		var by []int32
+		if err := rows.Scan(&x.w.PID, &x.w.App, &x.w.User, &x.w.State, &x.w.WaitEvent, &ms, &by, &x.w.Query); err != nil {
+			rows.Close()
+			return fmt.Errorf("lock waits: %w", err)
+		}
+		if ms != nil {
+			x.waiting, x.w.WaitMS, x.w.BlockedBy = true, math.Max(*ms, 0), by
+		}
+		all[x.w.PID] = &x
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("lock waits: %w", err)
+	}
+	blocks := map[int32][]int32{}
+	var waits []float64
+	for _, x := range all {
+		if !x.waiting {
+			continue
+		}
+		s.Waiters = append(s.Waiters, x.w)
+		waits = append(waits, x.w.WaitMS)
+		for _, b := range x.w.BlockedBy {
+			blocks[b] = append(blocks[b], x.w.PID)
+		}
+	}
+	sort.Slice(s.Waiters, func(i, j int) bool { return s.Waiters[i].WaitMS > s.Waiters[j].WaitMS })
+	for pid, ws := range blocks {
+		b := Blocker{PID: pid, Blocks: ws}
+		if x, ok := all[pid]; ok {
+			b.App, b.State, b.Query = x.w.App, x.w.State, x.w.Query
+		}
+		sort.Slice(b.Blocks, func(i, j int) bool { return b.Blocks[i] < b.Blocks[j] })
+		s.Blockers = append(s.Blockers, b)
+	}
+	sort.Slice(s.Blockers, func(i, j int) bool { return len(s.Blockers[i].Blocks) > len(s.Blockers[j].Blocks) })
+	s.LockWaiters = len(waits)
+	if len(waits) > 0 {
+		sort.Float64s(waits)
+		s.LockWaitMaxMS = waits[len(waits)-1]
+		s.LockWaitP95MS = waits[min(len(waits)-1, int(0.95*float64(len(waits))))]
+	}
+	return nil
+}
+
+func (c *Collector) pollServer(ctx context.Context, s *Snapshot) error {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT phase, heap_blks_total, heap_blks_scanned, heap_blks_vacuumed FROM pg_stat_progress_vacuum WHERE relid = $1`, c.t.oid).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var v VacuumProgress
+				if err := rows.Scan(&v.Phase, &v.HeapTotal, &v.HeapScanned, &v.HeapVacuumed); err != nil {
+					return err
+				}
+				if v.HeapTotal > 0 {
+					v.Percent = 100 * float64(v.HeapScanned) / float64(v.HeapTotal)
+				}
+				s.Vacuum = &v
+			}
+			return rows.Err()
+		})
+	b.Queue(`
+SELECT pid, coalesce(application_name, ''), coalesce(state, ''), age(backend_xmin)::bigint,
+       extract(epoch FROM now() - xact_start)::float8
+FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+ORDER BY age(backend_xmin) DESC LIMIT 1`).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var x XminHolder
+			if err := rows.Scan(&x.PID, &x.App, &x.State, &x.Age, &x.XactS); err != nil {
+				return err
+			}
+			s.Xmin = &x
+		}
+		return rows.Err()
+	})
+	b.Queue(`SELECT count(*) FILTER (WHERE backend_type = 'client backend'), current_setting('max_connections')::int FROM pg_stat_activity`).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&s.Connections, &s.MaxConnections) })
+	if err := c.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("server statistics: %w", err)
+	}
+	return nil
+}
+
+func redactParse(err error) string { return engine.RedactDSN(err.Error()) }

@@ -1,0 +1,369 @@
+package collector_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(runner{m}) }
+
+type runner struct{ m *testing.M }
+
+func (r runner) Run() int { return pgtest.Run(r.m) }
+
+type bundle struct {
+	ctx    context.Context
+	schema string
+	conn   *pgx.Conn // a peer session on the schema
+	eng    *engine.Engine
+}
+
+func setup(t *testing.T, size int) *bundle {
+	t.Helper()
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	schema := pgtest.MigratedSchema(t)
+	eng := engine.New(pgtest.Pool(t, schema, pgtest.Options{MaxConns: 4}))
+	if size > 0 {
+		if _, err := eng.Seed(ctx, size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &bundle{ctx: ctx, schema: schema, conn: pgtest.Conn(t, schema), eng: eng}
+}
+
+func (b *bundle) collector(t *testing.T, cfg collector.Config) *collector.Collector {
+	t.Helper()
+	if cfg.DSN == "" {
+		cfg.DSN = pgtest.DSN()
+	}
+	if cfg.Table == "" {
+		cfg.Table = b.schema + ".resource_pool"
+	}
+	c, err := collector.New(b.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func (b *bundle) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if _, err := b.conn.Exec(b.ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// pollUntil polls until cond holds for a snapshot, with a deadline.
+func pollUntil(t *testing.T, c *collector.Collector, what string, cond func(collector.Snapshot) bool) collector.Snapshot {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		s, err := c.Poll(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: last snapshot %+v", what, s.Pool)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func has(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestCountsOfAKnownPool(t *testing.T) {
+	b := setup(t, 1000)
+	b.exec(t, `UPDATE resource_pool SET status = 'CONSUMED' WHERE id <= 300`)
+	b.exec(t, `UPDATE resource_pool SET status = 'PENDING', holder = 'h', lease_token = 1,
+		leased_until = now() + interval '1 hour', updated_at = now() WHERE id BETWEEN 301 AND 340`)
+	b.exec(t, `UPDATE resource_pool SET status = 'PENDING', holder = 'h', lease_token = 1,
+		leased_until = now() - interval '10 minutes', updated_at = now() - interval '20 minutes' WHERE id BETWEEN 341 AND 350`)
+	c := b.collector(t, collector.Config{})
+	s := pollUntil(t, c, "live tuples counted", func(s collector.Snapshot) bool { return s.LiveTuples == 1000 })
+	p := s.Pool
+	if p.Unused != 650 || p.Pending != 50 || p.Expired != 10 || p.ExpiredOld != 10 || p.Stuck != 10 || p.Consumed != 300 {
+		t.Fatalf("pool %+v, want unused 650 pending 50 expired 10 stuck 10 consumed 300", p)
+	}
+	if has(p.Estimated, "unused") || has(p.Estimated, "pending") || !has(p.Estimated, "consumed") {
+		t.Fatalf("estimated %v: unused and pending are exact here, consumed derives from statistics", p.Estimated)
+	}
+	if p.OldestPendingS == nil || *p.OldestPendingS < 20*60-5 {
+		t.Fatalf("oldest pending %v, want about 20 minutes", p.OldestPendingS)
+	}
+	var reaper *collector.Alert
+	for i := range s.Alerts {
+		if s.Alerts[i].Name == "reaper_lag" {
+			reaper = &s.Alerts[i]
+		}
+	}
+	if reaper == nil || !reaper.Active {
+		t.Fatalf("reaper_lag alert not raised: %+v", s.Alerts)
+	}
+}
+
+// The rolling recount stays exact where claims happen and converges on a
+// pool too large to count in one poll.
+func TestRollingUnusedCountConverges(t *testing.T) {
+	b := setup(t, 60000)
+	b.exec(t, `UPDATE resource_pool SET status = 'CONSUMED' WHERE id % 3 = 0`)
+	c := b.collector(t, collector.Config{CountBudget: time.Nanosecond}) // one chunk per poll beyond the head
+	want := int64(60000 - 20000)
+	s := pollUntil(t, c, "full sweep", func(s collector.Snapshot) bool { return s.Pool.Unused == want })
+	// Claim at the head: the next poll sees it at once.
+	b.exec(t, `UPDATE resource_pool SET status = 'CONSUMED' WHERE id IN (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 100)`)
+	s, err := c.Poll(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Pool.Unused != want-100 {
+		t.Fatalf("unused %d after claiming 100 at the head, want %d", s.Pool.Unused, want-100)
+	}
+}
+
+func TestLockWaitsAndBlockingTree(t *testing.T) {
+	b := setup(t, 10)
+	holder := pgtest.Conn(t, b.schema)
+	tx, err := holder.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx)
+	var holderPID int32
+	if err := tx.QueryRow(b.ctx, "SELECT pg_backend_pid()").Scan(&holderPID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(b.ctx, "UPDATE resource_pool SET updated_at = now() WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	waiter := pgtest.Conn(t, b.schema)
+	var waiterPID int32
+	if err := waiter.QueryRow(b.ctx, "SELECT pg_backend_pid()").Scan(&waiterPID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Exec(b.ctx, "UPDATE resource_pool SET updated_at = now() WHERE id = 1")
+		done <- err
+	}()
+	c := b.collector(t, collector.Config{Alerts: collector.AlertConfig{LockWait: 100 * time.Millisecond}})
+	s := pollUntil(t, c, "a waiter past 150 ms", func(s collector.Snapshot) bool { return s.LockWaiters == 1 && s.LockWaitMaxMS > 150 })
+	w := s.Waiters[0]
+	if w.PID != waiterPID || len(w.BlockedBy) != 1 || w.BlockedBy[0] != holderPID || !strings.HasPrefix(w.WaitEvent, "Lock") {
+		t.Fatalf("waiter %+v, want pid %d blocked by %d", w, waiterPID, holderPID)
+	}
+	if len(s.Blockers) != 1 || s.Blockers[0].PID != holderPID || s.Blockers[0].Blocks[0] != waiterPID {
+		t.Fatalf("blockers %+v", s.Blockers)
+	}
+	if s.LockWaitP95MS <= 0 || s.LockWaitP95MS > s.LockWaitMaxMS {
+		t.Fatalf("p95 %v max %v", s.LockWaitP95MS, s.LockWaitMaxMS)
+	}
+	active := false
+	for _, a := range s.Alerts {
+		active = active || (a.Name == "lock_wait" && a.Active)
+	}
+	if !active {
+		t.Fatalf("lock_wait alert not raised at %.0f ms", s.LockWaitMaxMS)
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s = pollUntil(t, c, "no waiter", func(s collector.Snapshot) bool { return s.LockWaiters == 0 })
+	cleared := false
+	for _, e := range c.Events() {
+		cleared = cleared || (e.Kind == "cleared" && strings.Contains(e.Text, "lock_wait"))
+	}
+	if !cleared {
+		t.Fatalf("no cleared event: %+v", c.Events())
+	}
+}
+
+func TestBurnRateAndETAOfAKnownDrain(t *testing.T) {
+	b := setup(t, 5000)
+	c := b.collector(t, collector.Config{})
+	first, err := c.Poll(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.exec(t, `UPDATE resource_pool SET status = 'CONSUMED' WHERE id <= 500`)
+	second, err := c.Poll(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dt := second.Time.Sub(first.Time).Seconds()
+	want := (1 - math.Exp(-dt/15)) * 500 / dt // first smoothing step from 0
+	if math.Abs(second.BurnPerS-want) > want*1e-6 {
+		t.Fatalf("burn %.3f/s, want %.3f/s", second.BurnPerS, want)
+	}
+	if second.DepletionETAS == nil || math.Abs(*second.DepletionETAS-4500/want) > 1e-6*4500/want {
+		t.Fatalf("eta %v, want %.1f s", second.DepletionETAS, 4500/want)
+	}
+	// Draining faster than 15 minutes raises the depletion alert.
+	for _, a := range second.Alerts {
+		if a.Name == "depletion" && !a.Active {
+			t.Fatalf("depletion alert not raised with eta %.0fs", *second.DepletionETAS)
+		}
+	}
+	b.exec(t, `UPDATE resource_pool SET status = 'UNUSED' WHERE id <= 500`) // refill: not draining
+	third, err := c.Poll(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third.BurnPerS >= second.BurnPerS {
+		t.Fatalf("burn did not fall after a refill: %.2f then %.2f", second.BurnPerS, third.BurnPerS)
+	}
+}
+
+// Watch mode writes nothing: no row changes, nothing created, and its
+// sessions refuse writes.
+func TestReadOnly(t *testing.T) {
+	b := setup(t, 500)
+	b.exec(t, `UPDATE resource_pool SET status = 'PENDING', holder = 'h', leased_until = now() - interval '1 hour' WHERE id < 10`)
+	fingerprint := func() string {
+		var s string
+		err := b.conn.QueryRow(b.ctx, `SELECT md5(string_agg(r::text, ',' ORDER BY id)) || (SELECT count(*) FROM pg_class)::text
+			|| (SELECT count(*) FROM business_ledger)::text FROM resource_pool r`).Scan(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := fingerprint()
+	c := b.collector(t, collector.Config{})
+	for i := 0; i < 5; i++ {
+		if _, err := c.Poll(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := fingerprint(); after != before {
+		t.Fatalf("watching changed the database: %s → %s", before, after)
+	}
+}
+
+// A statistics reset between polls gives no negative rate and no error.
+func TestStatisticsResetMidRun(t *testing.T) {
+	b := setup(t, 2000)
+	c := b.collector(t, collector.Config{})
+	pollUntil(t, c, "live tuples", func(s collector.Snapshot) bool { return s.LiveTuples == 2000 })
+	var oid uint32
+	if err := b.conn.QueryRow(b.ctx, "SELECT 'resource_pool'::regclass::oid").Scan(&oid); err != nil {
+		t.Fatal(err)
+	}
+	b.exec(t, "SELECT pg_stat_reset_single_table_counters($1)", oid)
+	s, err := c.Poll(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ConsumedPerS < 0 || s.BurnPerS < 0 || s.Pool.Consumed < 0 {
+		t.Fatalf("after a reset: consumed/s %v burn %v consumed %d", s.ConsumedPerS, s.BurnPerS, s.Pool.Consumed)
+	}
+	if s.Pool.Unused != 2000 {
+		t.Fatalf("unused %d after the reset, want 2000 (counted, not from statistics)", s.Pool.Unused)
+	}
+}
+
+// A pool built after the article, in its own schema, with only the seed's
+// columns and no ledger, watched by a role with SELECT and pg_monitor only.
+func TestSeedOnlyTableInAnotherSchemaWithMinimalRole(t *testing.T) {
+	b := setup(t, 0)
+	ops := pgtest.Schema(t)
+	q := pgx.Identifier{ops}.Sanitize()
+	b.exec(t, `CREATE TABLE `+q+`.resource_pool (
+		id BIGSERIAL PRIMARY KEY, identifier VARCHAR(255) UNIQUE NOT NULL, status VARCHAR(20) DEFAULT 'UNUSED',
+		leased_until TIMESTAMPTZ, lease_token BIGINT DEFAULT 0, updated_at TIMESTAMPTZ DEFAULT NOW());
+		CREATE INDEX ON `+q+`.resource_pool (id) WHERE status = 'UNUSED';
+		INSERT INTO `+q+`.resource_pool (identifier) SELECT 'x' || g FROM generate_series(1, 300) g;
+		UPDATE `+q+`.resource_pool SET status = 'PENDING' WHERE id <= 30;
+		ANALYZE `+q+`.resource_pool`)
+	role := "watcher_" + strings.TrimPrefix(ops, "t_")
+	role = role[:min(len(role), 60)]
+	rq := pgx.Identifier{role}.Sanitize()
+	b.exec(t, `CREATE ROLE `+rq+` LOGIN; GRANT USAGE ON SCHEMA `+q+` TO `+rq+`; GRANT SELECT ON `+q+`.resource_pool TO `+rq+`; GRANT pg_monitor TO `+rq)
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), pgtest.DSN())
+		if err == nil {
+			_, _ = c.Exec(context.Background(), `DROP OWNED BY `+rq+`; DROP ROLE `+rq)
+			c.Close(context.Background())
+		}
+	})
+	u, err := url.Parse(pgtest.DSN())
+	if err != nil || u.Scheme == "" {
+		t.Fatalf("the test DSN must be a URL here: %v", err)
+	}
+	u.User = url.User(role)
+	c := b.collector(t, collector.Config{DSN: u.String(), Table: ops + ".resource_pool"})
+	s := pollUntil(t, c, "seed-only pool", func(s collector.Snapshot) bool { return s.LiveTuples == 300 })
+	if s.Pool.Unused != 270 || s.Pool.Pending != 30 || !has(s.Pool.Estimated, "pending") {
+		t.Fatalf("pool %+v", s.Pool)
+	}
+	if info := c.Info(); !info.Monitor || strings.Contains(info.Host, "@") {
+		t.Fatalf("info %+v", info)
+	}
+
+	// Without pg_monitor it still works and says what it cannot see.
+	b.exec(t, `REVOKE pg_monitor FROM `+rq)
+	c2 := b.collector(t, collector.Config{DSN: u.String(), Table: ops + ".resource_pool"})
+	s2, err := c2.Poll(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s2.Limits) == 0 || !strings.Contains(strings.Join(s2.Limits, " "), "pg_monitor") {
+		t.Fatalf("limits %v", s2.Limits)
+	}
+}
+
+func TestBadTable(t *testing.T) {
+	b := setup(t, 0)
+	_, err := collector.New(b.ctx, collector.Config{DSN: pgtest.DSN(), Table: b.schema + ".nope"})
+	if !errors.Is(err, collector.ErrNoTable) || !strings.Contains(err.Error(), "--table") {
+		t.Fatalf("missing table: %v", err)
+	}
+	for _, bad := range []string{"a.b.c", "x;drop", "", "1abc.t"} {
+		if _, _, err := collector.ParseTable(bad); err == nil {
+			t.Errorf("table %q accepted", bad)
+		}
+	}
+	_, err = collector.New(b.ctx, collector.Config{DSN: pgtest.DSN(), Table: "public.resource_pool", Interval: time.Millisecond})
+	if err == nil {
+		t.Fatal("a 1ms interval was accepted")
+	}
+}
+
+func TestRingIsBounded(t *testing.T) {
+	r := collector.NewRing(3)
+	for i := 0; i < 10; i++ {
+		r.Add(collector.Point{V: float64(i)})
+	}
+	got := fmt.Sprint(r.Points())
+	if r.Len() != 3 || !strings.Contains(got, "7") || strings.Contains(got, " 6}") {
+		t.Fatalf("ring %v", got)
+	}
+}

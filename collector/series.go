@@ -1,0 +1,84 @@
+package collector
+
+import "time"
+
+// Point is one sample of a series.
+type Point struct {
+	T time.Time
+	V float64
+}
+
+// Ring is a fixed-capacity time series: the newest Cap points, in order.
+// Memory stays flat however long the collector runs.
+type Ring struct {
+	buf  []Point
+	next int
+	full bool
+}
+
+// NewRing returns an empty ring of capacity n (at least 1).
+func NewRing(n int) *Ring { return &Ring{buf: make([]Point, max(n, 1))} }
+
+// Add appends a point, dropping the oldest when full.
+func (r *Ring) Add(p Point) {
+	r.buf[r.next] = p
+	r.next++
+	if r.next == len(r.buf) {
+		r.next, r.full = 0, true
+	}
+}
+
+// Len is the number of points held.
+func (r *Ring) Len() int {
+	if r.full {
+		return len(r.buf)
+	}
+	return r.next
+}
+
+// Points copies the points out, oldest first.
+func (r *Ring) Points() []Point {
+	out := make([]Point, 0, r.Len())
+	if r.full {
+		out = append(out, r.buf[r.next:]...)
+	}
+	return append(out, r.buf[:r.next]...)
+}
+
+// Last returns the newest point.
+func (r *Ring) Last() (Point, bool) {
+	if r.Len() == 0 {
+		return Point{}, false
+	}
+	i := r.next - 1
+	if i < 0 {
+		i = len(r.buf) - 1
+	}
+	return r.buf[i], true
+}
+
+// Series names, the keys of Collector.Series.
+const (
+	SeriesUnused       = "unused"
+	SeriesPending      = "pending"
+	SeriesExpired      = "expired"
+	SeriesConsumed     = "consumed"
+	SeriesLockWaiters  = "lock_waiters"
+	SeriesLockWaitMax  = "lock_wait_max_ms"
+	SeriesDeadTuples   = "dead_tuples"
+	SeriesDeadRatio    = "dead_ratio"
+	SeriesBurn         = "burn_per_s"
+	SeriesETA          = "depletion_eta_s"
+	SeriesAcquires     = "acquires_per_s"
+	SeriesCommits      = "commits_per_s"
+	SeriesAcquireP99   = "acquire_p99_ms"
+	SeriesFenced       = "fenced_per_s"
+	SeriesDouble       = "double_finalizations"
+	SeriesLeaked       = "leaked"
+	SeriesPollMS       = "poll_ms"
+	SeriesConsumedPerS = "consumed_per_s"
+)
+
+var allSeries = []string{SeriesUnused, SeriesPending, SeriesExpired, SeriesConsumed, SeriesLockWaiters, SeriesLockWaitMax,
+	SeriesDeadTuples, SeriesDeadRatio, SeriesBurn, SeriesETA, SeriesAcquires, SeriesCommits, SeriesAcquireP99,
+	SeriesFenced, SeriesDouble, SeriesLeaked, SeriesPollMS, SeriesConsumedPerS}

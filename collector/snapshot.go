@@ -1,0 +1,119 @@
+package collector
+
+import (
+	"time"
+
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+// Pool are the counts by status. Figures marked in Estimated come from
+// catalog statistics or a rolling recount rather than one exact count.
+type Pool struct {
+	Unused   int64 `json:"unused"`
+	Pending  int64 `json:"pending"`
+	Expired  int64 `json:"expired"` // PENDING whose lease has passed, not yet reaped
+	Consumed int64 `json:"consumed"`
+	// Stuck: PENDING rows unchanged for longer than the stuck threshold,
+	// leased or not: catches pools that use no leases at all.
+	Stuck int64 `json:"stuck"`
+	// ExpiredOld: expired for longer than a reaper interval (the reaper lags).
+	ExpiredOld      int64    `json:"expired_old"`
+	OldestPendingS  *float64 `json:"oldest_pending_s"`
+	PendingCapped   bool     `json:"pending_capped,omitempty"` // more PENDING rows than were counted
+	Estimated       []string `json:"estimated"`                // which of the counts above are estimates
+	UnusedAgeS      float64  `json:"unused_age_s"`             // age of the oldest part of the rolling UNUSED recount
+	Total           int64    `json:"total"`
+	ExactUnusedPoll bool     `json:"-"`
+}
+
+// Waiter is a session waiting on a lock, with who blocks it.
+type Waiter struct {
+	PID       int32   `json:"pid"`
+	App       string  `json:"application_name"`
+	User      string  `json:"user"`
+	State     string  `json:"state"`
+	WaitEvent string  `json:"wait_event"`
+	WaitMS    float64 `json:"wait_ms"`
+	BlockedBy []int32 `json:"blocked_by"`
+	Query     string  `json:"query"`
+}
+
+// Blocker is a session holding what others wait for.
+type Blocker struct {
+	PID   int32  `json:"pid"`
+	App   string `json:"application_name"`
+	State string `json:"state"`
+	Query string `json:"query"`
+	// Blocks lists the waiters directly behind it.
+	Blocks []int32 `json:"blocks"`
+}
+
+// VacuumProgress is a running (auto)vacuum of the pool table.
+type VacuumProgress struct {
+	Phase        string  `json:"phase"`
+	HeapTotal    int64   `json:"heap_blks_total"`
+	HeapScanned  int64   `json:"heap_blks_scanned"`
+	HeapVacuumed int64   `json:"heap_blks_vacuumed"`
+	Percent      float64 `json:"percent"`
+}
+
+// XminHolder is the session holding back the xmin horizon the most: while
+// it runs, vacuum cannot remove the dead tuples it might still see.
+type XminHolder struct {
+	PID   int32    `json:"pid"`
+	App   string   `json:"application_name"`
+	State string   `json:"state"`
+	Age   int64    `json:"xmin_age"` // transactions
+	XactS *float64 `json:"xact_s"`
+}
+
+// Alert is one alert rule's state.
+type Alert struct {
+	Name    string    `json:"name"`
+	Active  bool      `json:"active"`
+	Since   time.Time `json:"since,omitempty"`
+	Message string    `json:"message"`
+}
+
+// Event is a line of the dashboard's event log.
+type Event struct {
+	Time time.Time `json:"time"`
+	Kind string    `json:"kind"` // reclaimed, fenced, double, crash, alert, cleared, error
+	Text string    `json:"text"`
+}
+
+// Snapshot is one poll. The JSON names of its top-level fields are a
+// contract (`pooltop watch --headless --json`).
+type Snapshot struct {
+	Time          time.Time `json:"time"`
+	Pool          Pool      `json:"pool"`
+	LockWaiters   int       `json:"lock_waiters"`
+	LockWaitMaxMS float64   `json:"lock_wait_max_ms"`
+	LockWaitP95MS float64   `json:"lock_wait_p95_ms"`
+	Waiters       []Waiter  `json:"waiters"`
+	Blockers      []Blocker `json:"blockers"`
+
+	DeadTuples      int64           `json:"dead_tuples"`
+	LiveTuples      int64           `json:"live_tuples"`
+	DeadRatio       float64         `json:"dead_ratio"`
+	AutovacuumCount int64           `json:"autovacuum_count"`
+	LastAutovacuum  *time.Time      `json:"last_autovacuum"`
+	Vacuum          *VacuumProgress `json:"vacuum"`
+	Xmin            *XminHolder     `json:"xmin_holder"`
+
+	Connections    int `json:"connections"`
+	MaxConnections int `json:"max_connections"`
+
+	AcquiresPerS  *float64 `json:"acquires_per_s"` // null without a workload in this process
+	CommitsPerS   *float64 `json:"commits_per_s"`
+	ConsumedPerS  float64  `json:"consumed_per_s"`
+	BurnPerS      float64  `json:"burn_per_s"`
+	DepletionETAS *float64 `json:"depletion_eta_s"` // null when the pool is not draining
+
+	Workload *workload.Snapshot `json:"workload,omitempty"`
+	Alerts   []Alert            `json:"alerts"`
+	Events   []Event            `json:"events,omitempty"` // new since the previous poll
+	PollMS   float64            `json:"poll_ms"`
+	// Limits says what this role cannot see (no pg_monitor, missing index…).
+	Limits []string `json:"limits,omitempty"`
+}

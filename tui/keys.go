@@ -1,0 +1,76 @@
+package tui
+
+import "github.com/charmbracelet/bubbles/key"
+
+// keyMap is every key the dashboard answers to; the help bubble lists them.
+type keyMap struct {
+	Quit, Help, Pause, Faster, Slower, Reset                         key.Binding
+	WorkersDown, WorkersUp, Lease, Fencing, Renew, Reaper, Strategy  key.Binding
+	CrashDown, CrashUp, PauseDown, PauseUp, TTLDown, TTLUp           key.Binding
+	BatchDown, BatchUp, TaskDown, TaskUp, RefillDown, RefillUp       key.Binding
+	RateDown, RateUp, Preset                                         key.Binding
+	demo                                                             bool
+}
+
+func newKeyMap(demo bool) keyMap {
+	b := func(keys []string, k, h string) key.Binding {
+		return key.NewBinding(key.WithKeys(keys...), key.WithHelp(k, h))
+	}
+	km := keyMap{
+		Quit:        b([]string{"q", "ctrl+c"}, "q", "quit"),
+		Help:        b([]string{"?"}, "?", "help"),
+		Pause:       b([]string{" "}, "space", "pause display"),
+		Slower:      b([]string{"<", ","}, "<", "poll slower"),
+		Faster:      b([]string{">", "."}, ">", "poll faster"),
+		Reset:       b([]string{"r"}, "r", "reset counters"),
+		WorkersDown: b([]string{"w"}, "w/W", "workers −/+"),
+		WorkersUp:   b([]string{"W"}, "W", "workers +"),
+		Lease:       b([]string{"l"}, "l", "lease on/off"),
+		Fencing:     b([]string{"f"}, "f", "fencing on/off"),
+		Renew:       b([]string{"n"}, "n", "renewal on/off"),
+		Reaper:      b([]string{"v"}, "v", "reaper on/off"),
+		Strategy:    b([]string{"s"}, "s", "strategy"),
+		CrashDown:   b([]string{"c"}, "c/C", "crash rate −/+"),
+		CrashUp:     b([]string{"C"}, "C", "crash rate +"),
+		PauseDown:   b([]string{"p"}, "p/P", "pause rate −/+"),
+		PauseUp:     b([]string{"P"}, "P", "pause rate +"),
+		TTLDown:     b([]string{"t"}, "t/T", "lease TTL −/+"),
+		TTLUp:       b([]string{"T"}, "T", "lease TTL +"),
+		BatchDown:   b([]string{"b"}, "b/B", "batch −/+"),
+		BatchUp:     b([]string{"B"}, "B", "batch +"),
+		TaskDown:    b([]string{"k"}, "k/K", "task time −/+"),
+		TaskUp:      b([]string{"K"}, "K", "task time +"),
+		RefillDown:  b([]string{"e"}, "e/E", "refill −/+"),
+		RefillUp:    b([]string{"E"}, "E", "refill +"),
+		RateDown:    b([]string{"a"}, "a/A", "rate limit −/+"),
+		RateUp:      b([]string{"A"}, "A", "rate limit +"),
+		Preset:      b([]string{"1", "2", "3", "4", "5", "6", "7", "8"}, "1-8", "scenario"),
+		demo:        demo,
+	}
+	for _, k := range []*key.Binding{&km.WorkersDown, &km.WorkersUp, &km.Lease, &km.Fencing, &km.Renew, &km.Reaper, &km.Strategy,
+		&km.CrashDown, &km.CrashUp, &km.PauseDown, &km.PauseUp, &km.TTLDown, &km.TTLUp, &km.BatchDown, &km.BatchUp,
+		&km.TaskDown, &km.TaskUp, &km.RefillDown, &km.RefillUp, &km.RateDown, &km.RateUp, &km.Preset, &km.Reset} {
+		k.SetEnabled(demo)
+	}
+	return km
+}
+
+// ShortHelp is the line always visible at the bottom.
+func (k keyMap) ShortHelp() []key.Binding {
+	if k.demo {
+		return []key.Binding{k.Help, k.Quit, k.Pause, k.Preset, k.Lease, k.Fencing, k.CrashDown, k.PauseDown, k.WorkersDown, k.Strategy}
+	}
+	return []key.Binding{k.Help, k.Quit, k.Pause, k.Slower, k.Faster}
+}
+
+// FullHelp is the table shown by '?'.
+func (k keyMap) FullHelp() [][]key.Binding {
+	cols := [][]key.Binding{{k.Quit, k.Help, k.Pause, k.Slower, k.Faster, k.Reset}}
+	if k.demo {
+		cols = append(cols,
+			[]key.Binding{k.Preset, k.Lease, k.Fencing, k.Renew, k.Reaper, k.Strategy},
+			[]key.Binding{k.WorkersDown, k.CrashDown, k.PauseDown, k.TTLDown, k.BatchDown},
+			[]key.Binding{k.TaskDown, k.RefillDown, k.RateDown})
+	}
+	return cols
+}

@@ -1,0 +1,80 @@
+package tui
+
+import (
+	"time"
+
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+// Steps of the knobs: each key moves to the next or previous value, so a
+// few presses cover the whole useful range and every value is in range.
+var (
+	workerSteps   = []int{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
+	rateSteps     = []float64{0, 10, 50, 100, 200, 500, 1000, 2000, 5000}
+	batchSteps    = []int{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
+	ttlSteps      = []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
+	taskSteps     = []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second}
+	faultSteps    = []float64{0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5}
+	refillSteps   = []float64{0, 10, 50, 100, 200, 500, 1000, 5000}
+	intervalSteps = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
+)
+
+// step moves v one step up (dir > 0) or down within steps, clamping at the
+// ends. A value between steps moves to the neighbouring step.
+func step[T int | float64 | time.Duration](steps []T, v T, dir int) T {
+	if dir > 0 {
+		for _, s := range steps {
+			if s > v {
+				return s
+			}
+		}
+		return steps[len(steps)-1]
+	}
+	for i := len(steps) - 1; i >= 0; i-- {
+		if steps[i] < v {
+			return steps[i]
+		}
+	}
+	return steps[0]
+}
+
+func nextStrategy(s engine.Strategy) engine.Strategy {
+	return engine.Strategies[(int(s)+1)%len(engine.Strategies)]
+}
+
+// knobRow is one line of the knobs panel.
+type knobRow struct{ key, name, value string }
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "OFF"
+}
+
+func knobRows(c workload.Config) []knobRow {
+	rate := "unlimited"
+	if c.Rate > 0 {
+		rate = formatFloat(c.Rate) + "/s"
+	}
+	refill := "off"
+	if c.Refill > 0 {
+		refill = formatFloat(c.Refill) + "/s"
+	}
+	return []knobRow{
+		{"w W", "workers", formatInt(int64(c.Workers))},
+		{"s", "strategy", c.Strategy.String()},
+		{"l", "lease", onOff(c.Lease)},
+		{"f", "fencing", onOff(c.Fencing)},
+		{"n", "renewal", onOff(c.Renew)},
+		{"v", "reaper", onOff(c.Reaper)},
+		{"t T", "ttl", c.TTL.String()},
+		{"k K", "task", c.Task.String()},
+		{"b B", "batch", formatInt(int64(c.Batch))},
+		{"c C", "crash", formatPercent(c.CrashRate)},
+		{"p P", "pause", formatPercent(c.PauseRate) + " × " + c.PauseLength.String()},
+		{"a A", "rate", rate},
+		{"e E", "refill", refill},
+	}
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+// scratch returns a pooltop_ schema name for bench or chaos and drops it at cleanup.
+func scratch(t *testing.T) string {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "pooltop_test_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), pgtest.DSN())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+name+" CASCADE"); err != nil {
+			t.Error(err)
+		}
+	})
+	return name
+}
+
+func TestChaosCommand(t *testing.T) {
+	t.Parallel()
+	db := []string{"--dsn", pgtest.DSN(), "--schema", scratch(t)}
+	r := pooltop(t, append([]string{"chaos", "--scenario", "crash-with-lease", "--duration", "2s", "--pool-size", "20000", "--json"}, db...)...).must(t)
+	s := decode[workload.Summary](t, r.stdout)
+	if s.Scenario != "crash-with-lease" || s.Cycles == 0 || s.Crashes == 0 || s.LostIDs != 0 || len(s.Violations) != 0 {
+		t.Fatalf("summary: %+v", s)
+	}
+	for _, field := range []string{`"scenario"`, `"cycles"`, `"committed"`, `"fenced_rejections"`, `"double_finalizations"`, `"lost_ids"`,
+		`"expired_pending"`, `"reclaimed"`, `"max_reclaim_lag_ms"`, `"crashes"`, `"pauses"`, `"violations"`} {
+		if !strings.Contains(r.stdout, field) {
+			t.Errorf("chaos JSON lacks %s", field)
+		}
+	}
+	// The same database audits clean afterwards.
+	v := pooltop(t, append([]string{"verify", "--json"}, db...)...).must(t)
+	if a := decode[engine.AuditReport](t, v.stdout); len(a.Violations) != 0 || a.Total != 20000 {
+		t.Fatalf("verify after chaos: %+v", a)
+	}
+
+	bad := pooltop(t, "chaos", "--scenario", "nope", "--dsn", pgtest.DSN())
+	if bad.code != exitUsage || !strings.Contains(bad.stderr, "choose one of") {
+		t.Fatalf("unknown scenario: exit %d %q", bad.code, bad.stderr)
+	}
+	keep := pooltop(t, "chaos", "--schema", "public", "--dsn", pgtest.DSN())
+	if keep.code != exitUsage || !strings.Contains(keep.stderr, "pooltop_") {
+		t.Fatalf("chaos on a kept schema: exit %d %q", keep.code, keep.stderr)
+	}
+}
+
+func TestVerifyFindsViolations(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, 3)
+	pooltop(t, append([]string{"verify"}, db...)...).must(t)
+	conn, err := pgx.Connect(context.Background(), pgtest.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	schema := pgx.Identifier{db[3]}.Sanitize()
+	if _, err := conn.Exec(context.Background(), `UPDATE `+schema+`.resource_pool SET status = 'CONSUMED' WHERE id = 1;
+		UPDATE `+schema+`.resource_pool SET status = 'PENDING', holder = 'x', leased_until = NULL WHERE id = 2`); err != nil {
+		t.Fatal(err)
+	}
+	r := pooltop(t, append([]string{"verify", "--json"}, db...)...)
+	a := decode[engine.AuditReport](t, r.stdout)
+	if r.code != exitViolation || a.ConsumedWithoutEffect != 1 || a.PendingUnleased != 1 || len(a.Violations) != 2 {
+		t.Fatalf("verify: exit %d, %+v", r.code, a)
+	}
+}
+
+func TestBenchCommand(t *testing.T) {
+	t.Parallel()
+	db := []string{"--dsn", pgtest.DSN(), "--schema", scratch(t)}
+	r := pooltop(t, append([]string{"bench", "--strategies", "skip-locked,blocking,batched", "--workers", "2",
+		"--duration", "1s", "--warmup", "0s", "--pool-size", "20000", "--json"}, db...)...).must(t)
+	rs := decode[[]workload.BenchResult](t, r.stdout)
+	got := map[string]workload.BenchResult{}
+	for _, x := range rs {
+		got[x.Strategy] = x
+	}
+	for _, s := range []string{"skip-locked", "blocking", "batched", "pgbench"} {
+		x, ok := got[s]
+		if !ok || x.Workers != 2 || x.AcquiresPerS <= 0 || x.P99MS <= 0 || x.Errors != 0 {
+			t.Errorf("%s: %+v (present %v)", s, x, ok)
+		}
+	}
+	if b, s := got["batched"], got["skip-locked"]; b.CyclesPerS <= s.CyclesPerS {
+		t.Errorf("batched %.0f cycles/s not above single-row %.0f", b.CyclesPerS, s.CyclesPerS)
+	}
+	for _, field := range []string{`"strategy"`, `"workers"`, `"acquires_per_s"`, `"p50_ms"`, `"p99_ms"`, `"errors"`} {
+		if !strings.Contains(r.stdout, field) {
+			t.Errorf("bench JSON lacks %s", field)
+		}
+	}
+}
