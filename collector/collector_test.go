@@ -249,7 +249,7 @@ func TestReadOnly(t *testing.T) {
 	b.exec(t, `UPDATE resource_pool SET status = 'PENDING', holder = 'h', leased_until = now() - interval '1 hour' WHERE id < 10`)
 	fingerprint := func() string {
 		var s string
-		err := b.conn.QueryRow(b.ctx, `SELECT md5(string_agg(r::text, ',' ORDER BY id)) || (SELECT count(*) FROM pg_class)::text
+		err := b.conn.QueryRow(b.ctx, `SELECT md5(string_agg(r::text, ',' ORDER BY id)) || (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema())::text
 			|| (SELECT count(*) FROM business_ledger)::text FROM resource_pool r`).Scan(&s)
 		if err != nil {
 			t.Fatal(err)

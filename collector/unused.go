@@ -63,15 +63,17 @@ func (u *unusedCounter) count(ctx context.Context, c *Collector, s *Snapshot) er
 	if err := countChunk(h); err != nil {
 		return err
 	}
+	// Beyond the head, at least one chunk per poll, more while the budget lasts.
 	budget := c.cfg.CountBudget
-	for k := h + 1; k <= t && time.Since(start) < budget; k++ { // never counted first
+	more := func() bool { return len(counted) < 2 || time.Since(start) < budget }
+	for k := h + 1; k <= t && more(); k++ { // never counted first
 		if _, ok := u.counts[k]; !ok {
 			if err := countChunk(k); err != nil {
 				return err
 			}
 		}
 	}
-	for n := int64(0); n <= t-h && time.Since(start) < budget; n++ { // then round-robin
+	for n := int64(0); n <= t-h && more(); n++ { // then round-robin
 		if u.cursor < h || u.cursor > t {
 			u.cursor = h
 		}

@@ -4,12 +4,12 @@ import "github.com/charmbracelet/bubbles/key"
 
 // keyMap is every key the dashboard answers to; the help bubble lists them.
 type keyMap struct {
-	Quit, Help, Pause, Faster, Slower, Reset                         key.Binding
-	WorkersDown, WorkersUp, Lease, Fencing, Renew, Reaper, Strategy  key.Binding
-	CrashDown, CrashUp, PauseDown, PauseUp, TTLDown, TTLUp           key.Binding
-	BatchDown, BatchUp, TaskDown, TaskUp, RefillDown, RefillUp       key.Binding
-	RateDown, RateUp, Preset                                         key.Binding
-	demo                                                             bool
+	Quit, Help, Pause, Faster, Slower, Reset                        key.Binding
+	WorkersDown, WorkersUp, Lease, Fencing, Renew, Reaper, Strategy key.Binding
+	CrashDown, CrashUp, PauseDown, PauseUp, TTLDown, TTLUp          key.Binding
+	BatchDown, BatchUp, TaskDown, TaskUp, RefillDown, RefillUp      key.Binding
+	RateDown, RateUp, Preset                                        key.Binding
+	demo                                                            bool
 }
 
 func newKeyMap(demo bool) keyMap {

@@ -15,9 +15,9 @@ import (
 // NO_COLOR (or an ASCII profile) they carry no colour, only layout.
 type Styles struct {
 	Header, Title, Value, Dim, Alert, OK, Warn, Border lipgloss.Style
-	Unused, Pending, Expired, Consumed               lipgloss.Style
-	Line1, Line2                                     lipgloss.Style
-	color                                            bool
+	Unused, Pending, Expired, Consumed                 lipgloss.Style
+	Line1, Line2                                       lipgloss.Style
+	color                                              bool
 }
 
 func newStyles(color bool) Styles {
