@@ -3,34 +3,76 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
+	"github.com/charmbracelet/x/term"
 	"github.com/spf13/cobra"
 
+	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/tui"
+	"github.com/pooltop-dev/pooltop/workload"
 )
 
 // demoOptions are the flags of the demo (pooltop with no command).
 type demoOptions struct {
 	poolSize int
+	workers  int
+	scenario string
+	maxConns int
 	reaper   engine.ReaperConfig
+	watch    watchOptions
 }
 
 func (o *demoOptions) addFlags(c *cobra.Command) {
 	f := c.Flags()
-	f.IntVar(&o.poolSize, "pool-size", 100_000, "ids to create when the pool is empty")
+	f.IntVar(&o.poolSize, "pool-size", 200_000, "ids to create when the pool is empty")
+	f.IntVar(&o.workers, "workers", 8, "simulated workers at start")
+	f.StringVar(&o.scenario, "scenario", "", "start from a scenario preset (see pooltop chaos --help)")
+	f.IntVar(&o.maxConns, "max-conns", 16, "connections the workers share")
 	f.DurationVar(&o.reaper.Interval, "reaper-interval", time.Second, "time between reaper passes")
 	f.IntVar(&o.reaper.Batch, "reaper-batch", 1000, "rows per reaper statement")
 	f.DurationVar(&o.reaper.Grace, "reaper-grace", 0, "reclaim only leases expired for longer than this")
+	f.BoolVar(&o.watch.headless, "headless", false, "print one line per poll instead of the dashboard")
+	f.DurationVar(&o.watch.interval, "interval", time.Second, "time between polls (0.25s to 60s)")
 }
 
+// isTerminal reports whether the dashboard can run here.
+func isTerminal() bool { return term.IsTerminal(os.Stdout.Fd()) && term.IsTerminal(os.Stdin.Fd()) }
+
+// useColor honours NO_COLOR (https://no-color.org).
+func useColor() bool { return os.Getenv("NO_COLOR") == "" }
+
 // runDemo starts (or connects to) the database, creates the schema and a
-// pool, runs the reaper and waits for Ctrl-C, reporting what the reaper does.
+// pool, runs the workload with its reaper, and shows the dashboard; on a
+// terminal that is not one (or with --headless) it prints a line per poll.
+// Quitting stops the workload, the reaper and the embedded server.
 func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 	if o.poolSize <= 0 || o.poolSize > engine.MaxSeed {
 		return usageError{fmt.Errorf("--pool-size %d: give between 1 and %d", o.poolSize, engine.MaxSeed)}
 	}
-	d, err := g.open(ctx, openOptions{appName: "pooltop-demo", write: true, migrate: true})
+	if o.maxConns < 1 || o.maxConns > 256 {
+		return usageError{fmt.Errorf("--max-conns %d: between 1 and 256", o.maxConns)}
+	}
+	cfg := workload.Defaults()
+	if o.scenario != "" {
+		sc, err := workload.ScenarioByName(o.scenario)
+		if err != nil {
+			return usageError{err}
+		}
+		cfg = sc.Config(1)
+	} else {
+		cfg.Workers = o.workers
+	}
+	cfg.ReaperInterval, cfg.ReaperBatch, cfg.ReaperGrace = o.reaper.Interval, o.reaper.Batch, o.reaper.Grace
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	if o.watch.interval < collector.MinInterval || o.watch.interval > collector.MaxInterval {
+		return usageError{fmt.Errorf("--interval %v: between %v and %v", o.watch.interval, collector.MinInterval, collector.MaxInterval)}
+	}
+	d, err := g.open(ctx, openOptions{appName: "pooltop-workload", maxConns: int32(o.maxConns), write: true, migrate: true})
 	if err != nil {
 		return err
 	}
@@ -46,43 +88,25 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 			return err
 		}
 		fmt.Fprintf(g.stderr, "pooltop: created %d ids in %.2fs\n", o.poolSize, time.Since(start).Seconds())
-		existing = int64(o.poolSize)
 	}
 
-	cfg := o.reaper
-	cfg.OnReap = func(r engine.ReapResult) {
-		fmt.Fprintf(g.stdout, "%s reaper reclaimed %d expired leases (longest %.0f ms past expiry)\n",
-			time.Now().Format("15:04:05"), r.Reclaimed, float64(r.MaxLag)/float64(time.Millisecond))
-	}
-	reaper, err := d.eng.NewReaper(cfg)
+	wl, err := workload.New(d.eng, cfg)
 	if err != nil {
 		return usageError{err}
 	}
-	reaper.Start(ctx)
-	defer reaper.Stop()
+	wl.Start(ctx)
+	defer wl.Stop()
 
-	var version string
-	if err := d.pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
-		return fmt.Errorf("read server version: %w", err)
+	col, err := newCollector(ctx, collector.Config{DSN: d.dsn, Table: g.schema + ".resource_pool", Interval: o.watch.interval,
+		Alerts: collector.AlertConfig{ExpiredAfter: cfg.ReaperInterval + cfg.ReaperGrace}, Workload: wl})
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(g.stdout, `pooltop demo: PostgreSQL %s, schema %s, %d ids, reaper every %v (batch %d, grace %v)
-Drive the lease lifecycle from another terminal:
-  export DATABASE_URL='%s'
-  pooltop lease acquire --holder alice --ttl 30s
-  pooltop lease transfer --id ID --token TOKEN --to bob
-  pooltop lease commit --id ID --token TOKEN --request-id pay-1
-  pooltop lease show --id ID
-Press Ctrl-C to stop%s.
-`, version, g.schema, existing, reaper.Config().Interval, reaper.Config().Batch, reaper.Config().Grace,
-		g.redact(d.dsn), embeddedNote(d))
-	<-ctx.Done()
-	fmt.Fprintln(g.stdout, "\npooltop: stopping")
-	return nil
-}
+	defer col.Close()
 
-func embeddedNote(d *database) string {
-	if d.embedded != nil {
-		return " (the embedded PostgreSQL and its files are removed)"
+	if o.watch.headless || !isTerminal() {
+		fmt.Fprintf(g.stderr, "pooltop demo (headless): %s; Ctrl-C stops it\n", g.redact(d.dsn))
+		return runHeadless(ctx, g, col, &o.watch)
 	}
-	return ""
+	return tui.Run(ctx, tui.Options{Source: col, Knobs: wl, Mode: "demo", Interval: o.watch.interval, Color: useColor()})
 }

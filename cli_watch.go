@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/tui"
 )
 
 // watchOptions are the flags of pooltop watch.
@@ -85,7 +86,10 @@ count of a ten-million-row pool takes seconds and slows the workers.
 				return err
 			}
 			defer col.Close()
-			return runHeadless(ctx, g, col, o)
+			if o.headless || !isTerminal() {
+				return runHeadless(ctx, g, col, o)
+			}
+			return tui.Run(ctx, tui.Options{Source: col, Mode: "watch", Interval: o.interval, Color: useColor()})
 		},
 	}
 	o.addFlags(cmd)

@@ -320,20 +320,19 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	if !c.t.monitor {
 		s.Limits = append(s.Limits, "no pg_monitor: lock waits, queries and xmin of other roles' sessions are hidden")
 	}
-	if err := c.pollTable(ctx, &s); err != nil {
-		return s, err
-	}
-	if err := c.pollPending(ctx, &s); err != nil {
-		return s, err
-	}
-	if err := c.unused.count(ctx, c, &s); err != nil {
-		return s, err
-	}
-	if err := c.pollLocks(ctx, &s); err != nil {
-		return s, err
-	}
-	if err := c.pollServer(ctx, &s); err != nil {
-		return s, err
+	s.PollPartsMS = map[string]float64{}
+	for _, part := range []struct {
+		name string
+		fn   func(context.Context, *Snapshot) error
+	}{
+		{"table", c.pollTable}, {"pending", c.pollPending}, {"unused", func(ctx context.Context, s *Snapshot) error { return c.unused.count(ctx, c, s) }},
+		{"locks", c.pollLocks}, {"server", c.pollServer},
+	} {
+		t0 := time.Now()
+		if err := part.fn(ctx, &s); err != nil {
+			return s, err
+		}
+		s.PollPartsMS[part.name] = float64(time.Since(t0).Microseconds()) / 1000
 	}
 	// CONSUMED is what remains of the live-tuple count, itself an estimate
 	// kept by the statistics system.

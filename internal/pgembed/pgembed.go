@@ -100,6 +100,10 @@ var defaultSettings = map[string]string{
 	"shared_buffers":  "256MB",
 	// Keep statistics fresh during short benchmark runs.
 	"autovacuum_naptime": "10s",
+	// Dynamic shared memory as files in the data directory instead of POSIX
+	// segments in /dev/shm, so that a server killed outright leaves nothing
+	// outside the directory the next Start cleans up.
+	"dynamic_shared_memory_type": "mmap",
 	// Keep the log quiet; startup failures are still reported.
 	"log_min_messages": "warning",
 }

@@ -1,0 +1,125 @@
+package collector_test
+
+import (
+	"context"
+	"os"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+// BenchmarkPollUnderLoad measures, in one run on one pool under a running
+// workload (16 workers, SKIP LOCKED, no simulated work):
+//   - poll_p50_ms: one full collector poll (the figure to keep ≤ 10 ms);
+//   - groupby_ms and indexcount_ms: the naive exact counts it avoids;
+//   - acq/s without and with polling every second, and the overhead.
+//
+//	POOLTOP_BENCH_ROWS=10000000 go test -run '^$' -bench PollUnderLoad -benchtime 1x -timeout 60m ./collector/
+func BenchmarkPollUnderLoad(b *testing.B) {
+	rows := 1_000_000
+	if s := os.Getenv("POOLTOP_BENCH_ROWS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows = n
+	}
+	ctx := context.Background()
+	schema := pgtest.MigratedSchema(b)
+	pool := pgtest.Pool(b, schema, pgtest.Options{MaxConns: 16, AppName: "pooltop-workload"})
+	eng := engine.New(pool)
+	start := time.Now()
+	if _, err := eng.Seed(ctx, rows); err != nil {
+		b.Fatal(err)
+	}
+	conn := pgtest.Conn(b, schema)
+	if _, err := conn.Exec(ctx, "VACUUM ANALYZE resource_pool"); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("seeded %d rows in %v", rows, time.Since(start).Round(time.Millisecond))
+
+	cfg := workload.Defaults()
+	cfg.Workers, cfg.Task, cfg.TTL = 16, 0, time.Minute
+	wl, err := workload.New(eng, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wl.Start(ctx)
+	defer wl.Stop()
+	time.Sleep(3 * time.Second) // warm-up: the workload reaches its steady rate
+
+	col, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: schema + ".resource_pool"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer col.Close()
+
+	timeIt := func(sql string) time.Duration {
+		t0 := time.Now()
+		r, err := conn.Query(ctx, sql)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Close()
+		return time.Since(t0)
+	}
+	rate := func(d time.Duration, poll bool) float64 {
+		s0 := wl.Snapshot()
+		t0 := time.Now()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for time.Since(t0) < d {
+			<-tick.C
+			if poll {
+				if _, err := col.Poll(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		s1 := wl.Snapshot()
+		return float64(s1.Acquired-s0.Acquired) / time.Since(t0).Seconds()
+	}
+
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		groupBy := timeIt("SELECT status, count(*) FROM resource_pool GROUP BY status")
+		indexCount := timeIt("SELECT count(*) FROM resource_pool WHERE status = 'UNUSED'")
+		var polls []float64
+		parts := map[string][]float64{}
+		for j := 0; j < 60; j++ {
+			s, err := col.Poll(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			polls = append(polls, s.PollMS)
+			for k, v := range s.PollPartsMS {
+				parts[k] = append(parts[k], v)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		for k, v := range parts {
+			sort.Float64s(v)
+			b.Logf("poll part %-8s p50 %.2f ms  p95 %.2f ms", k, v[len(v)/2], v[len(v)*95/100])
+		}
+		sort.Float64s(polls)
+		// Alternate quiet and polled periods so drift hits both alike.
+		var quiet, polled float64
+		for k := 0; k < 3; k++ {
+			quiet += rate(10*time.Second, false) / 3
+			polled += rate(10*time.Second, true) / 3
+		}
+		b.ReportMetric(polls[len(polls)/2], "poll_p50_ms")
+		b.ReportMetric(polls[len(polls)*95/100], "poll_p95_ms")
+		b.ReportMetric(float64(groupBy.Microseconds())/1000, "groupby_ms")
+		b.ReportMetric(float64(indexCount.Microseconds())/1000, "indexcount_ms")
+		b.ReportMetric(quiet, "acq/s_quiet")
+		b.ReportMetric(polled, "acq/s_polled")
+		b.ReportMetric(100*(quiet-polled)/quiet, "overhead_%")
+	}
+}

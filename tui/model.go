@@ -1,0 +1,339 @@
+// Package tui is pooltop's dashboard: a Bubble Tea program that shows one
+// pool live from the collector's snapshots and, in the demo, turns the
+// workload's knobs. It runs no SQL: polls happen in commands that call the
+// collector, and knob changes go to the workload through a small interface.
+package tui
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/charmbracelet/bubbles/help"
+	"github.com/charmbracelet/bubbles/key"
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+// Source is where the dashboard's data comes from: the collector, or a fake
+// in tests.
+type Source interface {
+	Poll(ctx context.Context) (collector.Snapshot, error)
+	Series(name string) []collector.Point
+	Events() []collector.Event
+	Info() collector.Info
+}
+
+// Knobs is the workload as the dashboard sees it (nil in watch mode).
+type Knobs interface {
+	Config() workload.Config
+	SetConfig(workload.Config) error
+	Reset()
+}
+
+// Options configure the dashboard.
+type Options struct {
+	Source   Source
+	Knobs    Knobs  // nil: watch mode, read-only
+	Mode     string // shown in the header: "demo" or "watch"
+	Interval time.Duration
+	Color    bool
+	// Now is the clock; tests pin it so the view is reproducible.
+	Now func() time.Time
+}
+
+// messages
+type (
+	tickMsg struct{ gen int }
+	pollMsg struct {
+		gen    int
+		snap   collector.Snapshot
+		err    error
+		series map[string][]collector.Point
+		events []collector.Event
+	}
+	knobMsg struct {
+		cfg workload.Config
+		err error
+	}
+	resetMsg struct{}
+)
+
+// chartSeries are the series the charts draw, copied on each poll.
+var chartSeries = []string{collector.SeriesAcquires, collector.SeriesCommits, collector.SeriesAcquireP99,
+	collector.SeriesLockWaitMax, collector.SeriesDeadTuples, collector.SeriesBurn, collector.SeriesLeaked,
+	collector.SeriesExpired, collector.SeriesFenced, collector.SeriesDouble, collector.SeriesConsumedPerS}
+
+// Model is the root model: it routes keys, owns the poll loop and lays out
+// the panels.
+type Model struct {
+	opts   Options
+	info   collector.Info
+	keys   keyMap
+	help   help.Model
+	styles Styles
+
+	width, height int
+	interval      time.Duration
+	gen           int  // tick generation: ticks of an older one are stale
+	inFlight      bool // one poll at a time
+	paused        bool
+	showHelp      bool
+	started       time.Time
+
+	snap     *collector.Snapshot
+	series   map[string][]collector.Point
+	events   []collector.Event
+	held     *pollMsg // newest poll while the display is paused
+	err      error
+	errSince time.Time
+	polls    int
+
+	cfg     workload.Config
+	knobErr string
+	preset  string
+
+	chartCache chartCache
+}
+
+// New builds the model. It reads the workload's knobs once; afterwards the
+// model keeps its own copy, updated from every change it makes.
+func New(o Options) Model {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Interval == 0 {
+		o.Interval = time.Second
+	}
+	if o.Mode == "" {
+		o.Mode = "watch"
+		if o.Knobs != nil {
+			o.Mode = "demo"
+		}
+	}
+	m := Model{
+		opts: o, info: o.Source.Info(), keys: newKeyMap(o.Knobs != nil), help: help.New(),
+		styles: newStyles(o.Color), interval: o.Interval, started: o.Now(), series: map[string][]collector.Point{},
+	}
+	if o.Knobs != nil {
+		m.cfg = o.Knobs.Config()
+	}
+	return m
+}
+
+// Init starts the poll loop with an immediate poll.
+func (m Model) Init() tea.Cmd {
+	return func() tea.Msg { return tickMsg{gen: m.gen} }
+}
+
+// pollCmd polls in a command goroutine and copies what the view needs, so
+// nothing on the UI goroutine waits for the database.
+func pollCmd(src Source, gen int, timeout time.Duration) tea.Cmd {
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		snap, err := src.Poll(ctx)
+		msg := pollMsg{gen: gen, snap: snap, err: err, series: make(map[string][]collector.Point, len(chartSeries))}
+		for _, n := range chartSeries {
+			msg.series[n] = src.Series(n)
+		}
+		msg.events = src.Events()
+		return msg
+	}
+}
+
+func (m Model) tick() tea.Cmd {
+	gen := m.gen
+	return tea.Tick(m.interval, func(time.Time) tea.Msg { return tickMsg{gen: gen} })
+}
+
+func setConfigCmd(k Knobs, cfg workload.Config) tea.Cmd {
+	return func() tea.Msg { return knobMsg{cfg: cfg, err: k.SetConfig(cfg)} }
+}
+
+// Update handles one message.
+func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		m.width, m.height = msg.Width, msg.Height
+		m.help.Width = msg.Width
+		m.cacheCharts()
+		return m, nil
+	case tickMsg:
+		if msg.gen != m.gen || m.inFlight {
+			return m, nil // stale: the interval changed, or a poll is still out
+		}
+		m.inFlight = true
+		return m, pollCmd(m.opts.Source, m.gen, m.interval+5*time.Second)
+	case pollMsg:
+		m.inFlight = false
+		if m.paused {
+			m.held = &msg
+		} else {
+			m.apply(msg)
+		}
+		return m, m.tick()
+	case knobMsg:
+		if msg.err != nil {
+			m.knobErr = msg.err.Error()
+		} else {
+			m.cfg, m.knobErr = msg.cfg, ""
+		}
+		return m, nil
+	case resetMsg:
+		return m, nil
+	case tea.KeyMsg:
+		return m.key(msg)
+	}
+	return m, nil
+}
+
+// apply takes a poll result into the model. On error the last good data
+// stays on screen and the error is shown.
+func (m *Model) apply(msg pollMsg) {
+	if msg.err != nil {
+		if m.err == nil {
+			m.errSince = m.opts.Now()
+		}
+		m.err = msg.err
+		return
+	}
+	m.err = nil
+	m.polls++
+	snap := msg.snap
+	m.snap = &snap
+	m.series = msg.series
+	m.events = msg.events
+	m.cacheCharts()
+}
+
+func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
+	k := m.keys
+	switch {
+	case key.Matches(msg, k.Quit):
+		return m, tea.Quit
+	case key.Matches(msg, k.Help):
+		m.showHelp = !m.showHelp
+		m.help.ShowAll = m.showHelp
+		m.cacheCharts()
+		return m, nil
+	case key.Matches(msg, k.Pause):
+		m.paused = !m.paused
+		if !m.paused && m.held != nil {
+			m.apply(*m.held)
+			m.held = nil
+		}
+		return m, nil
+	case key.Matches(msg, k.Slower), key.Matches(msg, k.Faster):
+		dir := 1
+		if key.Matches(msg, k.Faster) {
+			dir = -1
+		}
+		next := step(intervalSteps, m.interval, dir)
+		if next == m.interval {
+			return m, nil
+		}
+		m.interval = next
+		m.cacheCharts()
+		m.gen++ // the tick already scheduled is now stale
+		if m.inFlight {
+			return m, nil // the poll's result re-arms the tick
+		}
+		return m, m.tick()
+	}
+	if m.opts.Knobs == nil {
+		return m, nil
+	}
+	if key.Matches(msg, k.Reset) {
+		knobs := m.opts.Knobs
+		return m, func() tea.Msg { knobs.Reset(); return resetMsg{} }
+	}
+	if key.Matches(msg, k.Preset) {
+		i := int(msg.Runes[0] - '1')
+		if i < 0 || i >= len(workload.Scenarios) {
+			return m, nil
+		}
+		sc := workload.Scenarios[i]
+		cfg := sc.Config(m.cfg.Seed)
+		m.preset = sc.Name
+		return m, setConfigCmd(m.opts.Knobs, cfg)
+	}
+	cfg, changed := m.turn(msg)
+	if !changed {
+		return m, nil
+	}
+	m.preset = ""
+	return m, setConfigCmd(m.opts.Knobs, cfg)
+}
+
+// turn applies a knob key to a copy of the config.
+func (m Model) turn(msg tea.KeyMsg) (workload.Config, bool) {
+	k, c := m.keys, m.cfg
+	switch {
+	case key.Matches(msg, k.WorkersDown):
+		c.Workers = step(workerSteps, c.Workers, -1)
+	case key.Matches(msg, k.WorkersUp):
+		c.Workers = step(workerSteps, c.Workers, 1)
+	case key.Matches(msg, k.Lease):
+		c.Lease = !c.Lease
+	case key.Matches(msg, k.Fencing):
+		c.Fencing = !c.Fencing
+	case key.Matches(msg, k.Renew):
+		c.Renew = !c.Renew
+	case key.Matches(msg, k.Reaper):
+		c.Reaper = !c.Reaper
+	case key.Matches(msg, k.Strategy):
+		c.Strategy = nextStrategy(c.Strategy)
+	case key.Matches(msg, k.CrashDown):
+		c.CrashRate = step(faultSteps, c.CrashRate, -1)
+	case key.Matches(msg, k.CrashUp):
+		c.CrashRate = step(faultSteps, c.CrashRate, 1)
+	case key.Matches(msg, k.PauseDown):
+		c.PauseRate = step(faultSteps, c.PauseRate, -1)
+	case key.Matches(msg, k.PauseUp):
+		c.PauseRate = step(faultSteps, c.PauseRate, 1)
+		if c.PauseLength <= c.TTL { // a pause shorter than the lease shows nothing
+			c.PauseLength = c.TTL + c.TTL/2
+		}
+	case key.Matches(msg, k.TTLDown):
+		c.TTL = step(ttlSteps, c.TTL, -1)
+	case key.Matches(msg, k.TTLUp):
+		c.TTL = step(ttlSteps, c.TTL, 1)
+	case key.Matches(msg, k.BatchDown):
+		c.Batch = step(batchSteps, c.Batch, -1)
+	case key.Matches(msg, k.BatchUp):
+		c.Batch = step(batchSteps, c.Batch, 1)
+	case key.Matches(msg, k.TaskDown):
+		c.Task = step(taskSteps, c.Task, -1)
+	case key.Matches(msg, k.TaskUp):
+		c.Task = step(taskSteps, c.Task, 1)
+	case key.Matches(msg, k.RefillDown):
+		c.Refill = step(refillSteps, c.Refill, -1)
+	case key.Matches(msg, k.RefillUp):
+		c.Refill = step(refillSteps, c.Refill, 1)
+	case key.Matches(msg, k.RateDown):
+		c.Rate = step(rateSteps, c.Rate, -1)
+	case key.Matches(msg, k.RateUp):
+		c.Rate = step(rateSteps, c.Rate, 1)
+	default:
+		return c, false
+	}
+	return c, c != m.cfg
+}
+
+// Run shows the dashboard until the user quits or ctx ends, and restores
+// the terminal.
+func Run(ctx context.Context, o Options, opts ...tea.ProgramOption) error {
+	opts = append([]tea.ProgramOption{tea.WithAltScreen(), tea.WithContext(ctx)}, opts...)
+	_, err := tea.NewProgram(New(o), opts...).Run()
+	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
+		return nil // SIGTERM or Ctrl-C outside the program: a normal end
+	}
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
+	}
+	return nil
+}

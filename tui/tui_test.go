@@ -1,0 +1,371 @@
+package tui
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
+
+	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+// updating reports -update, the golden-file flag that teatest defines.
+func updating() bool {
+	f := flag.Lookup("update")
+	return f != nil && f.Value.String() == "true"
+}
+
+func TestMain(m *testing.M) {
+	lipgloss.SetColorProfile(termenv.Ascii)
+	os.Exit(m.Run())
+}
+
+// clock is the fixed time of every canned snapshot.
+var clock = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// fakeSource serves canned snapshots and series.
+type fakeSource struct {
+	mu     sync.Mutex
+	snap   collector.Snapshot
+	err    error
+	polls  int
+	series map[string][]collector.Point
+	events []collector.Event
+}
+
+func (f *fakeSource) Poll(context.Context) (collector.Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.polls++
+	return f.snap, f.err
+}
+func (f *fakeSource) Series(n string) []collector.Point { return f.series[n] }
+func (f *fakeSource) Events() []collector.Event         { return f.events }
+func (f *fakeSource) Info() collector.Info {
+	return collector.Info{Host: "db.internal:5432", Database: "pool", User: "oncall", Version: "15.18 (Debian)", Table: "public.resource_pool", Monitor: true}
+}
+
+// canned builds a source with two minutes of history.
+func canned(withWorkload bool) *fakeSource {
+	eta := 2712.0
+	acq, com := 3400.0, 3350.0
+	s := collector.Snapshot{
+		Time: clock,
+		Pool: collector.Pool{Unused: 184_210, Pending: 42, Expired: 3, Consumed: 15_748, Stuck: 0, Total: 200_000,
+			Estimated: []string{"consumed"}},
+		LockWaiters: 2, LockWaitMaxMS: 74, LockWaitP95MS: 70,
+		Waiters: []collector.Waiter{
+			{PID: 4242, App: "pooltop-workload", WaitMS: 74, BlockedBy: []int32{4100}},
+			{PID: 4243, App: "evil\x1b[31mapp", WaitMS: 12, BlockedBy: []int32{4100}},
+		},
+		Blockers:   []collector.Blocker{{PID: 4100, App: "psql", State: "idle in transaction", Query: "UPDATE resource_pool SET …", Blocks: []int32{4242, 4243}}},
+		DeadTuples: 12_000, LiveTuples: 200_000, DeadRatio: 0.057,
+		Connections: 21, MaxConnections: 300, BurnPerS: 67.9, DepletionETAS: &eta, PollMS: 3.2,
+		Alerts: []collector.Alert{{Name: "lock_wait", Active: true, Message: "longest lock wait 74 ms"}, {Name: "depletion", Active: false}},
+	}
+	if withWorkload {
+		s.AcquiresPerS, s.CommitsPerS = &acq, &com
+		s.Workload = &workload.Snapshot{DeadHeld: 5, DoubleFinalizations: 0}
+	}
+	f := &fakeSource{snap: s, series: map[string][]collector.Point{}}
+	for i := 0; i < 120; i++ {
+		t := clock.Add(time.Duration(i-119) * time.Second)
+		x := float64(i)
+		add := func(n string, v float64) { f.series[n] = append(f.series[n], collector.Point{T: t, V: v}) }
+		add(collector.SeriesAcquires, 3000+float64(i%20)*20)
+		add(collector.SeriesCommits, 2950+float64(i%20)*20)
+		add(collector.SeriesAcquireP99, 4+float64(i%7))
+		add(collector.SeriesLockWaitMax, float64((i*37)%80))
+		add(collector.SeriesDeadTuples, 1000*float64(i%40))
+		add(collector.SeriesBurn, 60+x/10)
+		add(collector.SeriesLeaked, float64(i/24))
+		add(collector.SeriesExpired, float64(i%4))
+		add(collector.SeriesFenced, float64(i%3))
+		add(collector.SeriesDouble, 0)
+		add(collector.SeriesConsumedPerS, 3300)
+	}
+	f.events = []collector.Event{
+		{Time: clock.Add(-30 * time.Second), Kind: "reclaimed", Text: "reaper reclaimed 12 expired leases"},
+		{Time: clock.Add(-20 * time.Second), Kind: "fenced", Text: "3 zombie commits rejected by the fence"},
+		{Time: clock.Add(-10 * time.Second), Kind: "alert", Text: "ALERT lock_wait: longest lock wait 74 ms"},
+	}
+	return f
+}
+
+// fakeKnobs records the configs the dashboard sets.
+type fakeKnobs struct {
+	mu     sync.Mutex
+	cfg    workload.Config
+	resets int
+}
+
+func (k *fakeKnobs) Config() workload.Config { k.mu.Lock(); defer k.mu.Unlock(); return k.cfg }
+func (k *fakeKnobs) SetConfig(c workload.Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.cfg = c
+	return nil
+}
+func (k *fakeKnobs) Reset() { k.mu.Lock(); k.resets++; k.mu.Unlock() }
+
+func newTestModel(src Source, knobs Knobs, w, h int) Model {
+	o := Options{Source: src, Mode: "watch", Now: func() time.Time { return clock }}
+	if knobs != nil {
+		o.Knobs, o.Mode = knobs, "demo"
+	}
+	m := New(o)
+	mm, _ := m.Update(tea.WindowSizeMsg{Width: w, Height: h})
+	return mm.(Model)
+}
+
+// run feeds a message and runs the command it returns, once, feeding its message back.
+func run(t *testing.T, m Model, msg tea.Msg) (Model, tea.Msg) {
+	t.Helper()
+	mm, cmd := m.Update(msg)
+	m = mm.(Model)
+	if cmd == nil {
+		return m, nil
+	}
+	return m, cmd()
+}
+
+// polled returns a model that has applied one poll of src.
+func polled(t *testing.T, src Source, knobs Knobs, w, h int) Model {
+	t.Helper()
+	m := newTestModel(src, knobs, w, h)
+	m, msg := run(t, m, tickMsg{gen: 0})
+	if _, ok := msg.(pollMsg); !ok {
+		t.Fatalf("tick did not poll: %T", msg)
+	}
+	mm, _ := m.Update(msg)
+	return mm.(Model)
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if updating() {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./tui -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs from the golden file (go test ./tui -update after checking):\n%s", name, got)
+	}
+}
+
+func TestGoldenViews(t *testing.T) {
+	kn := &fakeKnobs{cfg: workload.Defaults()}
+	for _, c := range []struct {
+		name  string
+		knobs Knobs
+		w, h  int
+	}{{"demo_100x30", kn, 100, 30}, {"demo_200x60", kn, 200, 60}, {"watch_100x30", nil, 100, 30}, {"watch_200x60", nil, 200, 60}} {
+		t.Run(c.name, func(t *testing.T) {
+			m := polled(t, canned(c.knobs != nil), c.knobs, c.w, c.h)
+			v := m.View()
+			lines := strings.Split(v, "\n")
+			if len(lines) != c.h {
+				t.Fatalf("%d lines, want %d", len(lines), c.h)
+			}
+			for i, l := range lines {
+				if w := lipgloss.Width(l); w != c.w {
+					t.Fatalf("line %d is %d wide, want %d: %q", i, w, c.w, l)
+				}
+			}
+			golden(t, c.name, v)
+		})
+	}
+}
+
+func TestViewEscapesControlCharacters(t *testing.T) {
+	m := polled(t, canned(false), nil, 120, 40)
+	v := m.View()
+	if strings.Contains(v, "\x1b") {
+		t.Fatal("an escape sequence from the database reached the screen")
+	}
+	if !strings.Contains(v, `evil\x1b[31mapp`) {
+		t.Fatalf("the application name is not shown escaped:\n%s", v)
+	}
+}
+
+func TestTooSmallTerminal(t *testing.T) {
+	m := polled(t, canned(true), &fakeKnobs{cfg: workload.Defaults()}, 60, 20)
+	if v := m.View(); !strings.Contains(v, "needs at least 80×24") || strings.Contains(v, "UNUSED") {
+		t.Fatalf("small terminal view:\n%s", v)
+	}
+}
+
+func TestKnobKeysAndLimits(t *testing.T) {
+	kn := &fakeKnobs{cfg: workload.Defaults()}
+	m := polled(t, canned(true), kn, 100, 30)
+	press := func(keys string) {
+		for _, r := range keys {
+			var msg tea.Msg
+			m, msg = run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}})
+			if msg != nil {
+				mm, _ := m.Update(msg)
+				m = mm.(Model)
+			}
+		}
+	}
+	press("l")
+	if kn.Config().Lease || m.cfg.Lease {
+		t.Fatal("l did not turn leases off")
+	}
+	press("f")
+	if kn.Config().Fencing {
+		t.Fatal("f did not turn fencing off")
+	}
+	press("s")
+	if kn.Config().Strategy.String() != "blocking" {
+		t.Fatalf("s gave %v", kn.Config().Strategy)
+	}
+	press(strings.Repeat("W", 20))
+	if kn.Config().Workers != workload.MaxWorkers {
+		t.Fatalf("W×20 gave %d workers, want the limit %d", kn.Config().Workers, workload.MaxWorkers)
+	}
+	press(strings.Repeat("w", 20))
+	if kn.Config().Workers != 0 {
+		t.Fatalf("w×20 gave %d workers, want 0", kn.Config().Workers)
+	}
+	press(strings.Repeat("C", 10))
+	if got := kn.Config().CrashRate; got != faultSteps[len(faultSteps)-1] {
+		t.Fatalf("crash rate %v", got)
+	}
+	press("P")
+	if c := kn.Config(); c.PauseRate == 0 || c.PauseLength <= c.TTL {
+		t.Fatalf("pause %v × %v with ttl %v: a pause must outlast the lease", c.PauseRate, c.PauseLength, c.TTL)
+	}
+	press("4")
+	if c := kn.Config(); c.Fencing || c.PauseRate == 0 || m.preset != "pause-no-fencing" {
+		t.Fatalf("preset 4: %+v (%s)", c, m.preset)
+	}
+	press("r")
+	if kn.resets != 1 {
+		t.Fatalf("r reset %d times", kn.resets)
+	}
+	if v := m.View(); !strings.Contains(v, "fencing  OFF") {
+		t.Fatalf("the knobs panel does not show the change:\n%s", v)
+	}
+	// Watch mode has no knobs: the same keys do nothing.
+	w := polled(t, canned(false), nil, 100, 30)
+	if _, cmd := w.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'l'}}); cmd != nil {
+		t.Fatal("a knob key did something in watch mode")
+	}
+}
+
+func TestStaleTicksAndIntervalChanges(t *testing.T) {
+	src := canned(false)
+	m := newTestModel(src, nil, 100, 30)
+	m, msg := run(t, m, tickMsg{gen: 0})
+	if msg == nil || !m.inFlight {
+		t.Fatal("the first tick did not start a poll")
+	}
+	// A second tick while the poll is out does not start another.
+	if _, cmd := m.Update(tickMsg{gen: 0}); cmd != nil {
+		t.Fatal("two polls in flight")
+	}
+	m, _ = run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'>'}})
+	if m.interval != 500*time.Millisecond || m.gen != 1 {
+		t.Fatalf("interval %v gen %d", m.interval, m.gen)
+	}
+	mm, cmd := m.Update(msg) // the old poll's result arrives and re-arms the tick
+	m = mm.(Model)
+	if cmd == nil || m.inFlight || m.snap == nil {
+		t.Fatal("the poll result was not applied or did not re-arm the tick")
+	}
+	if _, cmd := m.Update(tickMsg{gen: 0}); cmd != nil {
+		t.Fatal("a stale tick started a poll")
+	}
+	if _, cmd := m.Update(tickMsg{gen: 1}); cmd == nil {
+		t.Fatal("a current tick did not start a poll")
+	}
+	for i := 0; i < 20; i++ {
+		m, _ = run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'>'}})
+	}
+	if m.interval != intervalSteps[0] {
+		t.Fatalf("interval went below the limit: %v", m.interval)
+	}
+}
+
+func TestDisconnectKeepsHistoryAndRecovers(t *testing.T) {
+	src := canned(false)
+	m := polled(t, src, nil, 100, 30)
+	src.mu.Lock()
+	src.err = errors.New("failed to connect to `user=oncall`: connection refused")
+	src.mu.Unlock()
+	m, msg := run(t, m, tickMsg{gen: 0})
+	mm, _ := m.Update(msg)
+	m = mm.(Model)
+	v := m.View()
+	if !strings.Contains(v, "disconnected, retrying") || !strings.Contains(v, "184,210") {
+		t.Fatalf("during the outage:\n%s", v)
+	}
+	src.mu.Lock()
+	src.err = nil
+	src.snap.Pool.Unused = 100
+	src.mu.Unlock()
+	m, msg = run(t, m, tickMsg{gen: 0})
+	mm, _ = m.Update(msg)
+	m = mm.(Model)
+	if v := m.View(); strings.Contains(v, "disconnected") || !strings.Contains(v, "UNUSED 100 ") {
+		t.Fatalf("after recovery:\n%s", v)
+	}
+}
+
+func TestPauseFreezesTheDisplay(t *testing.T) {
+	src := canned(false)
+	m := polled(t, src, nil, 100, 30)
+	m, _ = run(t, m, tea.KeyMsg{Type: tea.KeySpace, Runes: []rune{' '}})
+	src.mu.Lock()
+	src.snap.Pool.Unused = 7
+	src.mu.Unlock()
+	m, msg := run(t, m, tickMsg{gen: 0})
+	mm, _ := m.Update(msg)
+	m = mm.(Model)
+	if v := m.View(); !strings.Contains(v, "PAUSED") || strings.Contains(v, "UNUSED 7 ") {
+		t.Fatalf("paused view changed:\n%s", v)
+	}
+	m, _ = run(t, m, tea.KeyMsg{Type: tea.KeySpace, Runes: []rune{' '}})
+	if v := m.View(); !strings.Contains(v, "UNUSED 7 ") {
+		t.Fatalf("resumed view did not catch up:\n%s", v)
+	}
+}
+
+// A frame at 200×60 must render in well under 5 ms.
+func BenchmarkView200x60(b *testing.B) {
+	m := New(Options{Source: canned(true), Knobs: &fakeKnobs{cfg: workload.Defaults()}, Now: func() time.Time { return clock }})
+	mm, _ := m.Update(tea.WindowSizeMsg{Width: 200, Height: 60})
+	m = mm.(Model)
+	msg := pollCmd(m.opts.Source, 0, time.Second)()
+	mm, _ = m.Update(msg)
+	m = mm.(Model)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		_ = m.View()
+	}
+}
+
+var _ = fmt.Sprint
