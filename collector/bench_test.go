@@ -91,22 +91,15 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 		groupBy := timeIt("SELECT status, count(*) FROM resource_pool GROUP BY status")
 		indexCount := timeIt("SELECT count(*) FROM resource_pool WHERE status = 'UNUSED'")
 		var polls []float64
-		parts := map[string][]float64{}
 		for j := 0; j < 60; j++ {
 			s, err := col.Poll(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
 			polls = append(polls, s.PollMS)
-			for k, v := range s.PollPartsMS {
-				parts[k] = append(parts[k], v)
-			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		for k, v := range parts {
-			sort.Float64s(v)
-			b.Logf("poll part %-8s p50 %.2f ms  p95 %.2f ms", k, v[len(v)/2], v[len(v)*95/100])
-		}
+
 		sort.Float64s(polls)
 		// Alternate quiet and polled periods so drift hits both alike.
 		var quiet, polled float64

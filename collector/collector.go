@@ -312,32 +312,37 @@ type raw struct {
 	unusedOK, consumedEst bool
 }
 
-// Poll reads every signal once and returns the snapshot. On error the
-// collector keeps its history; the caller shows the error and polls again.
+// Poll reads every signal once and returns the snapshot. All queries go in
+// one batch, a single round trip: on a busy server each round trip waits for
+// a CPU, so their number, more than their cost, decides how long a poll
+// takes. On error the collector keeps its history; the caller shows the
+// error and polls again.
 func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	start := time.Now()
 	s := Snapshot{Time: start, Waiters: []Waiter{}, Blockers: []Blocker{}, Alerts: []Alert{}, Pool: Pool{Estimated: []string{}}}
 	if !c.t.monitor {
 		s.Limits = append(s.Limits, "no pg_monitor: lock waits, queries and xmin of other roles' sessions are hidden")
 	}
-	s.PollPartsMS = map[string]float64{}
-	for _, part := range []struct {
-		name string
-		fn   func(context.Context, *Snapshot) error
-	}{
-		{"table", c.pollTable}, {"pending", c.pollPending}, {"unused", func(ctx context.Context, s *Snapshot) error { return c.unused.count(ctx, c, s) }},
-		{"locks", c.pollLocks}, {"server", c.pollServer},
-	} {
-		t0 := time.Now()
-		if err := part.fn(ctx, &s); err != nil {
-			return s, err
+	if c.unused.width == 0 {
+		if err := c.unused.init(ctx, c); err != nil {
+			return s, fmt.Errorf("poll: %w", err)
 		}
-		s.PollPartsMS[part.name] = float64(time.Since(t0).Microseconds()) / 1000
 	}
+	b := &pgx.Batch{}
+	c.queueTable(b, &s)
+	c.queuePending(b, &s)
+	finish := c.unused.queue(b, c, &s)
+	c.queueLocks(b, &s)
+	c.queueServer(b, &s)
+	if err := c.pool.SendBatch(ctx, b).Close(); err != nil {
+		return s, fmt.Errorf("poll: %w", err)
+	}
+	finish()
 	// CONSUMED is what remains of the live-tuple count, itself an estimate
 	// kept by the statistics system.
 	s.Pool.Consumed = max(0, s.Pool.Total-s.Pool.Unused-s.Pool.Pending)
 	s.Pool.Estimated = append(s.Pool.Estimated, "consumed")
+	s.PollMS = float64(time.Since(start).Microseconds()) / 1000
 	if c.cfg.Workload != nil {
 		if _, err := c.cfg.Workload.RefreshOrphans(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			s.Limits = append(s.Limits, "workload orphans: "+err.Error())
@@ -345,81 +350,77 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		ws := c.cfg.Workload.Snapshot()
 		s.Workload = &ws
 	}
-	s.PollMS = float64(time.Since(start).Microseconds()) / 1000
 	c.record(&s)
 	return s, nil
 }
 
-func (c *Collector) pollTable(ctx context.Context, s *Snapshot) error {
-	var lastAuto *time.Time
-	err := c.pool.QueryRow(ctx, `
+func (c *Collector) queueTable(b *pgx.Batch, s *Snapshot) {
+	b.Queue(`
 SELECT coalesce(n_live_tup, 0), coalesce(n_dead_tup, 0), coalesce(autovacuum_count, 0), last_autovacuum
-FROM pg_stat_user_tables WHERE relid = $1`, c.t.oid).Scan(&s.LiveTuples, &s.DeadTuples, &s.AutovacuumCount, &lastAuto)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("table statistics: %w", err)
-	}
-	s.LastAutovacuum = lastAuto
-	if tot := s.LiveTuples + s.DeadTuples; tot > 0 {
-		s.DeadRatio = float64(s.DeadTuples) / float64(tot)
-	}
-	s.Pool.Total = s.LiveTuples
-	return nil
+FROM pg_stat_user_tables WHERE relid = $1`, c.t.oid).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			if err := rows.Scan(&s.LiveTuples, &s.DeadTuples, &s.AutovacuumCount, &s.LastAutovacuum); err != nil {
+				return fmt.Errorf("table statistics: %w", err)
+			}
+		}
+		if tot := s.LiveTuples + s.DeadTuples; tot > 0 {
+			s.DeadRatio = float64(s.DeadTuples) / float64(tot)
+		}
+		s.Pool.Total = s.LiveTuples
+		return rows.Err()
+	})
 }
 
-func (c *Collector) pollPending(ctx context.Context, s *Snapshot) error {
+func (c *Collector) queuePending(b *pgx.Batch, s *Snapshot) {
 	if c.t.pendingIndex == "" || !c.t.hasLeased || !c.t.hasUpdated {
 		// Without an index on PENDING rows an exact count scans the table:
-		// use the planner's statistics instead.
-		return c.estimateByStats(ctx, s)
+		// use the planner's statistics instead (as of the last ANALYZE).
+		b.Queue(`
+SELECT coalesce(most_common_vals::text::text[], '{}'), coalesce(most_common_freqs, '{}'),
+       (SELECT coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = $3)
+FROM pg_stats WHERE schemaname = $1 AND tablename = $2 AND attname = 'status'`, c.t.schema, c.t.name, c.t.oid).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var vals []string
+				var freqs []float32
+				var live int64
+				if err := rows.Scan(&vals, &freqs, &live); err != nil {
+					return fmt.Errorf("status statistics: %w", err)
+				}
+				for i, v := range vals {
+					if v == "PENDING" && i < len(freqs) {
+						s.Pool.Pending = int64(math.Round(float64(freqs[i]) * float64(live)))
+					}
+				}
+			}
+			return rows.Err()
+		})
+		s.Pool.Estimated = append(s.Pool.Estimated, "pending", "expired", "stuck")
+		s.Limits = append(s.Limits, "no partial index on PENDING rows: pending, expired and stuck are estimates from the last ANALYZE")
+		return
 	}
-	var oldest *float64
-	var n int64
-	err := c.pool.QueryRow(ctx, fmt.Sprintf(`
+	b.Queue(fmt.Sprintf(`
 SELECT count(*),
        count(*) FILTER (WHERE leased_until < now()),
        count(*) FILTER (WHERE leased_until < now() - $1::bigint * interval '1 microsecond'),
        count(*) FILTER (WHERE updated_at < now() - $2::bigint * interval '1 microsecond'),
        extract(epoch FROM now() - min(updated_at))::float8
 FROM (SELECT leased_until, updated_at FROM %s WHERE status = 'PENDING' LIMIT %d) p`, c.t.qualified, c.cfg.PendingCap+1),
-		c.cfg.Alerts.ExpiredAfter.Microseconds(), c.cfg.StuckAfter.Microseconds()).
-		Scan(&n, &s.Pool.Expired, &s.Pool.ExpiredOld, &s.Pool.Stuck, &oldest)
-	if err != nil {
-		return fmt.Errorf("pending leases: %w", err)
-	}
-	if n > int64(c.cfg.PendingCap) {
-		s.Pool.PendingCapped = true
-		s.Pool.Estimated = append(s.Pool.Estimated, "pending")
-		n = int64(c.cfg.PendingCap)
-	}
-	s.Pool.Pending = n
-	s.Pool.OldestPendingS = oldest
-	return nil
-}
-
-// estimateByStats fills PENDING from pg_stats (as of the last ANALYZE).
-func (c *Collector) estimateByStats(ctx context.Context, s *Snapshot) error {
-	var vals []string
-	var freqs []float32
-	err := c.pool.QueryRow(ctx, `
-SELECT coalesce(most_common_vals::text::text[], '{}'), coalesce(most_common_freqs, '{}')
-FROM pg_stats WHERE schemaname = $1 AND tablename = $2 AND attname = 'status'`, c.t.schema, c.t.name).Scan(&vals, &freqs)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("status statistics: %w", err)
-	}
-	for i, v := range vals {
-		if v == "PENDING" && i < len(freqs) {
-			s.Pool.Pending = int64(math.Round(float64(freqs[i]) * float64(s.LiveTuples)))
+		c.cfg.Alerts.ExpiredAfter.Microseconds(), c.cfg.StuckAfter.Microseconds()).QueryRow(func(row pgx.Row) error {
+		var n int64
+		if err := row.Scan(&n, &s.Pool.Expired, &s.Pool.ExpiredOld, &s.Pool.Stuck, &s.Pool.OldestPendingS); err != nil {
+			return fmt.Errorf("pending leases: %w", err)
 		}
-	}
-	s.Pool.Estimated = append(s.Pool.Estimated, "pending", "expired", "stuck")
-	s.Limits = append(s.Limits, "no partial index on PENDING rows: pending, expired and stuck are estimates from the last ANALYZE")
-	return nil
+		if n > int64(c.cfg.PendingCap) {
+			s.Pool.PendingCapped = true
+			s.Pool.Estimated = append(s.Pool.Estimated, "pending")
+			n = int64(c.cfg.PendingCap)
+		}
+		s.Pool.Pending = n
+		return nil
+	})
 }
 
-func (c *Collector) pollLocks(ctx context.Context, s *Snapshot) error {
+func (c *Collector) queueLocks(b *pgx.Batch, s *Snapshot) {
 	rels := []uint32{c.t.oid}
 	if c.t.ledgerOID != 0 {
 		rels = append(rels, c.t.ledgerOID)
@@ -428,7 +429,7 @@ func (c *Collector) pollLocks(ctx context.Context, s *Snapshot) error {
 	if c.t.version >= 140000 {
 		waitStart = "(SELECT min(l.waitstart) FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted)"
 	}
-	rows, err := c.pool.Query(ctx, fmt.Sprintf(`
+	b.Queue(fmt.Sprintf(`
 WITH touching AS (
     SELECT DISTINCT pid FROM pg_locks WHERE relation = ANY($1::oid[]) AND pid IS NOT NULL
 )
@@ -438,65 +439,62 @@ SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.usename::text, ''), c
        CASE WHEN a.wait_event_type = 'Lock' THEN pg_blocking_pids(a.pid) END,
        left(coalesce(a.query, ''), 300)
 FROM pg_stat_activity a JOIN touching t ON t.pid = a.pid
-WHERE a.pid <> pg_backend_pid()`, waitStart), rels)
-	if err != nil {
-		return fmt.Errorf("lock waits: %w", err)
-	}
-	type sess struct {
-		w       Waiter
-		waiting bool
-	}
-	all := map[int32]*sess{}
-	for rows.Next() {
-		var x sess
-		var ms *float64
-		var by []int32
-		if err := rows.Scan(&x.w.PID, &x.w.App, &x.w.User, &x.w.State, &x.w.WaitEvent, &ms, &by, &x.w.Query); err != nil {
-			rows.Close()
+WHERE a.pid <> pg_backend_pid()`, waitStart), rels).Query(func(rows pgx.Rows) error {
+		all := map[int32]*Waiter{}
+		waiting := map[int32]bool{}
+		for rows.Next() {
+			var w Waiter
+			var ms *float64
+			var by []int32
+			if err := rows.Scan(&w.PID, &w.App, &w.User, &w.State, &w.WaitEvent, &ms, &by, &w.Query); err != nil {
+				return fmt.Errorf("lock waits: %w", err)
+			}
+			if ms != nil {
+				waiting[w.PID], w.WaitMS, w.BlockedBy = true, math.Max(*ms, 0), by
+			}
+			all[w.PID] = &w
+		}
+		if err := rows.Err(); err != nil {
 			return fmt.Errorf("lock waits: %w", err)
 		}
-		if ms != nil {
-			x.waiting, x.w.WaitMS, x.w.BlockedBy = true, math.Max(*ms, 0), by
+		blocks := map[int32][]int32{}
+		var waits []float64
+		for pid, w := range all {
+			if !waiting[pid] {
+				continue
+			}
+			s.Waiters = append(s.Waiters, *w)
+			waits = append(waits, w.WaitMS)
+			for _, by := range w.BlockedBy {
+				blocks[by] = append(blocks[by], w.PID)
+			}
 		}
-		all[x.w.PID] = &x
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("lock waits: %w", err)
-	}
-	blocks := map[int32][]int32{}
-	var waits []float64
-	for _, x := range all {
-		if !x.waiting {
-			continue
+		sort.Slice(s.Waiters, func(i, j int) bool { return s.Waiters[i].WaitMS > s.Waiters[j].WaitMS })
+		for pid, ws := range blocks {
+			bl := Blocker{PID: pid, Blocks: ws}
+			if w, ok := all[pid]; ok {
+				bl.App, bl.State, bl.Query = w.App, w.State, w.Query
+			}
+			sort.Slice(bl.Blocks, func(i, j int) bool { return bl.Blocks[i] < bl.Blocks[j] })
+			s.Blockers = append(s.Blockers, bl)
 		}
-		s.Waiters = append(s.Waiters, x.w)
-		waits = append(waits, x.w.WaitMS)
-		for _, b := range x.w.BlockedBy {
-			blocks[b] = append(blocks[b], x.w.PID)
+		sort.Slice(s.Blockers, func(i, j int) bool {
+			if len(s.Blockers[i].Blocks) != len(s.Blockers[j].Blocks) {
+				return len(s.Blockers[i].Blocks) > len(s.Blockers[j].Blocks)
+			}
+			return s.Blockers[i].PID < s.Blockers[j].PID
+		})
+		s.LockWaiters = len(waits)
+		if len(waits) > 0 {
+			sort.Float64s(waits)
+			s.LockWaitMaxMS = waits[len(waits)-1]
+			s.LockWaitP95MS = waits[min(len(waits)-1, int(0.95*float64(len(waits))))]
 		}
-	}
-	sort.Slice(s.Waiters, func(i, j int) bool { return s.Waiters[i].WaitMS > s.Waiters[j].WaitMS })
-	for pid, ws := range blocks {
-		b := Blocker{PID: pid, Blocks: ws}
-		if x, ok := all[pid]; ok {
-			b.App, b.State, b.Query = x.w.App, x.w.State, x.w.Query
-		}
-		sort.Slice(b.Blocks, func(i, j int) bool { return b.Blocks[i] < b.Blocks[j] })
-		s.Blockers = append(s.Blockers, b)
-	}
-	sort.Slice(s.Blockers, func(i, j int) bool { return len(s.Blockers[i].Blocks) > len(s.Blockers[j].Blocks) })
-	s.LockWaiters = len(waits)
-	if len(waits) > 0 {
-		sort.Float64s(waits)
-		s.LockWaitMaxMS = waits[len(waits)-1]
-		s.LockWaitP95MS = waits[min(len(waits)-1, int(0.95*float64(len(waits))))]
-	}
-	return nil
+		return nil
+	})
 }
 
-func (c *Collector) pollServer(ctx context.Context, s *Snapshot) error {
-	b := &pgx.Batch{}
+func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
 	b.Queue(`SELECT phase, heap_blks_total, heap_blks_scanned, heap_blks_vacuumed FROM pg_stat_progress_vacuum WHERE relid = $1`, c.t.oid).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -527,10 +525,6 @@ ORDER BY age(backend_xmin) DESC LIMIT 1`).Query(func(rows pgx.Rows) error {
 	})
 	b.Queue(`SELECT count(*) FILTER (WHERE backend_type = 'client backend'), current_setting('max_connections')::int FROM pg_stat_activity`).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&s.Connections, &s.MaxConnections) })
-	if err := c.pool.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("server statistics: %w", err)
-	}
-	return nil
 }
 
 func redactParse(err error) string { return engine.RedactDSN(err.Error()) }

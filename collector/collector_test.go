@@ -209,10 +209,7 @@ func TestLockWaitsAndBlockingTree(t *testing.T) {
 func TestBurnRateAndETAOfAKnownDrain(t *testing.T) {
 	b := setup(t, 5000)
 	c := b.collector(t, collector.Config{})
-	first, err := c.Poll(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := pollUntil(t, c, "an exact count", func(s collector.Snapshot) bool { return !has(s.Pool.Estimated, "unused") })
 	b.exec(t, `UPDATE resource_pool SET status = 'CONSUMED' WHERE id <= 500`)
 	second, err := c.Poll(b.ctx)
 	if err != nil {

@@ -114,8 +114,6 @@ type Snapshot struct {
 	Alerts   []Alert            `json:"alerts"`
 	Events   []Event            `json:"events,omitempty"` // new since the previous poll
 	PollMS   float64            `json:"poll_ms"`
-	// PollPartsMS splits PollMS by query group, to see what a slow poll spent its time on.
-	PollPartsMS map[string]float64 `json:"poll_parts_ms"`
 	// Limits says what this role cannot see (no pg_monitor, missing index…).
 	Limits []string `json:"limits,omitempty"`
 }

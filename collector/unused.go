@@ -4,117 +4,146 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // unusedCounter keeps an exact count of UNUSED ids without ever counting the
 // whole pool in one statement (on ten million rows that takes seconds and
 // slows the workers). The id range is cut into fixed chunks; each poll
 // recounts the chunk holding the lowest UNUSED id (where SKIP LOCKED claims
-// in id order take their ids, and where reclaimed ids return), chunks never
-// counted, then the others round-robin, within a time budget. Chunks below
-// the lowest UNUSED id hold none by definition. The sum is exact for chunks
+// in id order take their ids, and where reclaimed ids return) and a few
+// others: first those never counted, then round-robin. Chunks below the
+// lowest UNUSED id hold none by definition. The sum is exact for chunks
 // counted this poll; the others are as old as their last count, and the
 // figure is marked estimated while any is.
 type unusedCounter struct {
-	width  int64
+	width  int64 // ids per chunk; 0 until the first poll saw the id range
 	counts map[int64]int64
 	at     map[int64]time.Time
 	cursor int64
+	head   int64 // chunk of the lowest UNUSED id at the last poll
+	top    int64 // chunk of the highest id at the last poll
+	per    int   // chunks counted per poll beyond the head
+	last   time.Duration
 }
 
-const minChunk = 4096
+const (
+	minChunk  = 8192
+	maxChunks = 2048 // the id range is cut into about this many chunks
+)
 
-func (u *unusedCounter) count(ctx context.Context, c *Collector, s *Snapshot) error {
+// init learns the id range before the first poll, so that the first poll
+// already counts the right chunks.
+func (u *unusedCounter) init(ctx context.Context, c *Collector) error {
 	var head, top *int64
-	err := c.pool.QueryRow(ctx, fmt.Sprintf(
-		`SELECT (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED'), (SELECT max(id) FROM %[1]s)`, c.t.qualified)).Scan(&head, &top)
-	if err != nil {
-		return fmt.Errorf("unused ids: %w", err)
-	}
-	if head == nil || top == nil {
-		u.counts, u.at = nil, nil
-		s.Pool.Unused = 0
-		return nil
-	}
-	if u.counts == nil {
-		u.counts, u.at = map[int64]int64{}, map[int64]time.Time{}
-		u.width = max(minChunk, (*top-*head+1)/512+1)
-	}
-	h, t := *head/u.width, *top/u.width
-	for k := range u.counts {
-		if k < h || k > t {
-			delete(u.counts, k)
-			delete(u.at, k)
-		}
-	}
-	now := time.Now()
-	start := now
-	counted := map[int64]bool{}
-	countChunk := func(k int64) error {
-		var n int64
-		err := c.pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE status = 'UNUSED' AND id >= $1 AND id < $2`, c.t.qualified),
-			k*u.width, (k+1)*u.width).Scan(&n)
-		if err != nil {
-			return fmt.Errorf("unused ids: %w", err)
-		}
-		u.counts[k], u.at[k], counted[k] = n, now, true
-		return nil
-	}
-	if err := countChunk(h); err != nil {
+	err := c.pool.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED'), (SELECT max(id) FROM %[1]s)`, c.t.qualified)).Scan(&head, &top)
+	if err != nil || head == nil || top == nil {
 		return err
 	}
-	// Beyond the head, at least one chunk per poll, more while the budget lasts.
-	budget := c.cfg.CountBudget
-	more := func() bool { return len(counted) < 2 || time.Since(start) < budget }
-	for k := h + 1; k <= t && more(); k++ { // never counted first
-		if _, ok := u.counts[k]; !ok {
-			if err := countChunk(k); err != nil {
-				return err
+	u.width = max(minChunk, (*top-*head+1)/maxChunks+1)
+	u.head, u.top = *head/u.width, *top/u.width
+	return nil
+}
+
+// queue adds the counting queries to the poll's batch, planned from what
+// the previous poll saw, and returns the function that totals them once
+// the batch has run.
+func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func() {
+	if u.counts == nil {
+		u.counts, u.at, u.per = map[int64]int64{}, map[int64]time.Time{}, 8
+	}
+	var head, top *int64
+	b.Queue(fmt.Sprintf(`SELECT (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED'), (SELECT max(id) FROM %[1]s)`, c.t.qualified)).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&head, &top) })
+	plan := map[int64]bool{}
+	if u.width > 0 {
+		plan[u.head] = true
+		if u.head+1 <= u.top {
+			plan[u.head+1] = true // the head moves up as ids are claimed
+		}
+		for k := u.head; k <= u.top && len(plan) < 2+u.per; k++ { // never counted first
+			if _, ok := u.counts[k]; !ok {
+				plan[k] = true
 			}
 		}
-	}
-	for n := int64(0); n <= t-h && more(); n++ { // then round-robin
-		if u.cursor < h || u.cursor > t {
-			u.cursor = h
-		}
-		k := u.cursor
-		u.cursor++
-		if counted[k] {
-			continue
-		}
-		if err := countChunk(k); err != nil {
-			return err
+		for n := u.head; n <= u.top && len(plan) < 2+u.per; n++ { // then round-robin
+			if u.cursor < u.head || u.cursor > u.top {
+				u.cursor = u.head
+			}
+			plan[u.cursor] = true
+			u.cursor++
 		}
 	}
-	var sum, seen, seenSum int64
-	oldest := now
-	missing := int64(0)
-	for k := h; k <= t; k++ {
-		n, ok := u.counts[k]
-		if !ok {
-			missing++
-			continue
+	now := s.Time
+	got := map[int64]int64{}
+	for k := range plan {
+		k := k
+		b.Queue(fmt.Sprintf(`SELECT count(*) FROM %s WHERE status = 'UNUSED' AND id >= $1 AND id < $2`, c.t.qualified),
+			k*u.width, (k+1)*u.width).QueryRow(func(row pgx.Row) error {
+			var n int64
+			if err := row.Scan(&n); err != nil {
+				return fmt.Errorf("unused ids: %w", err)
+			}
+			got[k] = n
+			return nil
+		})
+	}
+	t0 := time.Now()
+	return func() {
+		// Spend more chunks per poll when polls are cheap, fewer when not.
+		if el := time.Since(t0); el < c.cfg.CountBudget && u.per < 64 {
+			u.per *= 2
+		} else if el > 2*c.cfg.CountBudget && u.per > 1 {
+			u.per /= 2
 		}
-		sum += n
-		if k != h {
-			seen, seenSum = seen+1, seenSum+n
+		if head == nil || top == nil {
+			u.counts, u.at, u.width = nil, nil, 0
+			s.Pool.Unused = 0
+			return
 		}
-		if u.at[k].Before(oldest) {
-			oldest = u.at[k]
+		if u.width == 0 {
+			u.width = max(minChunk, (*top-*head+1)/maxChunks+1)
+		}
+		for k, n := range got {
+			u.counts[k], u.at[k] = n, now
+		}
+		h, t := *head/u.width, *top/u.width
+		u.head, u.top = h, t
+		for k := range u.counts {
+			if k < h || k > t {
+				delete(u.counts, k)
+				delete(u.at, k)
+			}
+		}
+		var sum, seen, seenSum, missing int64
+		oldest := now
+		for k := h; k <= t; k++ {
+			n, ok := u.counts[k]
+			if !ok {
+				missing++
+				continue
+			}
+			sum += n
+			if k != h {
+				seen, seenSum = seen+1, seenSum+n
+			}
+			if u.at[k].Before(oldest) {
+				oldest = u.at[k]
+			}
+		}
+		if missing > 0 { // not swept once yet: chunks not counted are taken as dense as those that were
+			avg := u.width
+			if seen > 0 {
+				avg = seenSum / seen
+			}
+			sum += missing * avg
+		}
+		s.Pool.Unused = sum
+		s.Pool.UnusedAgeS = now.Sub(oldest).Seconds()
+		s.Pool.ExactUnusedPoll = missing == 0 && !oldest.Before(now)
+		if !s.Pool.ExactUnusedPoll {
+			s.Pool.Estimated = append(s.Pool.Estimated, "unused")
 		}
 	}
-	if missing > 0 { // not swept once yet: chunks not counted are taken as dense as those that were
-		avg := u.width
-		if seen > 0 {
-			avg = seenSum / seen
-		}
-		sum += missing * avg
-	}
-	s.Pool.Unused = sum
-	s.Pool.UnusedAgeS = now.Sub(oldest).Seconds()
-	s.Pool.ExactUnusedPoll = missing == 0 && !oldest.Before(now)
-	if !s.Pool.ExactUnusedPoll {
-		s.Pool.Estimated = append(s.Pool.Estimated, "unused")
-	}
-	return nil
 }
