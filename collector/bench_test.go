@@ -103,9 +103,9 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 		sort.Float64s(polls)
 		// Alternate quiet and polled periods so drift hits both alike.
 		var quiet, polled float64
-		for k := 0; k < 3; k++ {
-			quiet += rate(10*time.Second, false) / 3
-			polled += rate(10*time.Second, true) / 3
+		for k := 0; k < 6; k++ {
+			quiet += rate(5*time.Second, false) / 6
+			polled += rate(5*time.Second, true) / 6
 		}
 		b.ReportMetric(polls[len(polls)/2], "poll_p50_ms")
 		b.ReportMetric(polls[len(polls)*95/100], "poll_p95_ms")

@@ -425,20 +425,27 @@ func (c *Collector) queueLocks(b *pgx.Batch, s *Snapshot) {
 	if c.t.ledgerOID != 0 {
 		rels = append(rels, c.t.ledgerOID)
 	}
-	waitStart := "a.state_change" // before PostgreSQL 14 there is no pg_locks.waitstart
-	if c.t.version >= 140000 {
-		waitStart = "(SELECT min(l.waitstart) FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted)"
+	waitStart := "waitstart"
+	if c.t.version < 140000 {
+		waitStart = "NULL::timestamptz" // before PostgreSQL 14 pg_locks has no waitstart: use state_change
 	}
+	// pg_locks takes every lock-manager partition lock to read the lock
+	// table, in the workers' way; it is read only while some session waits.
 	b.Queue(fmt.Sprintf(`
-WITH touching AS (
-    SELECT DISTINCT pid FROM pg_locks WHERE relation = ANY($1::oid[]) AND pid IS NOT NULL
+WITH l AS MATERIALIZED (
+    SELECT pid, relation, granted, %s AS waitstart FROM pg_locks
+    WHERE pid IS NOT NULL AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock')
+), touching AS (
+    SELECT DISTINCT pid FROM l WHERE relation = ANY($1::oid[])
+), ws AS (
+    SELECT pid, min(waitstart) AS waitstart FROM l WHERE NOT granted GROUP BY pid
 )
 SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.usename::text, ''), coalesce(a.state, ''),
        coalesce(a.wait_event_type, '') || coalesce(':' || a.wait_event, ''),
-       CASE WHEN a.wait_event_type = 'Lock' THEN extract(epoch FROM now() - %s) * 1000 END,
+       CASE WHEN a.wait_event_type = 'Lock' THEN extract(epoch FROM now() - coalesce(ws.waitstart, a.state_change)) * 1000 END,
        CASE WHEN a.wait_event_type = 'Lock' THEN pg_blocking_pids(a.pid) END,
        left(coalesce(a.query, ''), 300)
-FROM pg_stat_activity a JOIN touching t ON t.pid = a.pid
+FROM pg_stat_activity a JOIN touching t ON t.pid = a.pid LEFT JOIN ws ON ws.pid = a.pid
 WHERE a.pid <> pg_backend_pid()`, waitStart), rels).Query(func(rows pgx.Rows) error {
 		all := map[int32]*Waiter{}
 		waiting := map[int32]bool{}
