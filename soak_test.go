@@ -89,4 +89,3 @@ func rssMB() float64 {
 	}
 	return 0
 }
-

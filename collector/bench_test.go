@@ -15,10 +15,10 @@ import (
 )
 
 // BenchmarkPollUnderLoad measures, in one run on one pool under a running
-// workload (16 workers, SKIP LOCKED, no simulated work):
-//   - poll_p50_ms: one full collector poll (the figure to keep ≤ 10 ms);
-//   - groupby_ms and indexcount_ms: the naive exact counts it avoids;
-//   - acq/s without and with polling every second, and the overhead.
+// workload (16 workers, SKIP LOCKED, no simulated work): one full collector
+// poll (poll_p50_ms, the figure to keep ≤ 10 ms), the naive exact counts it
+// avoids (groupby_ms, indexcount_ms), and the workload's acquires per second
+// without and with polling every second, and the overhead.
 //
 //	POOLTOP_BENCH_ROWS=10000000 go test -run '^$' -bench PollUnderLoad -benchtime 1x -timeout 60m ./collector/
 func BenchmarkPollUnderLoad(b *testing.B) {

@@ -258,7 +258,7 @@ func (m Model) viewCharts(width, height int) string {
 	maxCols := min(max(width/42, 2), 4)
 	rows := (len(specs) + maxCols - 1) / maxCols
 	cols := (len(specs) + rows - 1) / rows // as few empty cells as the rows allow
-	for rows > 1 && height/rows < 3 { // too short: show fewer charts
+	for rows > 1 && height/rows < 3 {      // too short: show fewer charts
 		specs = specs[:len(specs)-cols+max(0, cols*rows-len(specs))]
 		rows = (len(specs) + cols - 1) / cols
 	}
