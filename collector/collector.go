@@ -329,15 +329,15 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		}
 	}
 	b := &pgx.Batch{}
-	c.queueTable(b, &s)
+	var head, top *int64
+	c.queueServer(b, &s, &head, &top)
 	c.queuePending(b, &s)
 	finish := c.unused.queue(b, c, &s)
 	c.queueLocks(b, &s)
-	c.queueServer(b, &s)
 	if err := c.pool.SendBatch(ctx, b).Close(); err != nil {
 		return s, fmt.Errorf("poll: %w", err)
 	}
-	finish()
+	finish(head, top)
 	// CONSUMED is what remains of the live-tuple count, itself an estimate
 	// kept by the statistics system.
 	s.Pool.Consumed = max(0, s.Pool.Total-s.Pool.Unused-s.Pool.Pending)
@@ -352,23 +352,6 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	}
 	c.record(&s)
 	return s, nil
-}
-
-func (c *Collector) queueTable(b *pgx.Batch, s *Snapshot) {
-	b.Queue(`
-SELECT coalesce(n_live_tup, 0), coalesce(n_dead_tup, 0), coalesce(autovacuum_count, 0), last_autovacuum
-FROM pg_stat_user_tables WHERE relid = $1`, c.t.oid).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			if err := rows.Scan(&s.LiveTuples, &s.DeadTuples, &s.AutovacuumCount, &s.LastAutovacuum); err != nil {
-				return fmt.Errorf("table statistics: %w", err)
-			}
-		}
-		if tot := s.LiveTuples + s.DeadTuples; tot > 0 {
-			s.DeadRatio = float64(s.DeadTuples) / float64(tot)
-		}
-		s.Pool.Total = s.LiveTuples
-		return rows.Err()
-	})
 }
 
 func (c *Collector) queuePending(b *pgx.Batch, s *Snapshot) {
@@ -501,37 +484,64 @@ WHERE a.pid <> pg_backend_pid()`, waitStart), rels).Query(func(rows pgx.Rows) er
 	})
 }
 
-func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
-	b.Queue(`SELECT phase, heap_blks_total, heap_blks_scanned, heap_blks_vacuumed FROM pg_stat_progress_vacuum WHERE relid = $1`, c.t.oid).
-		Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var v VacuumProgress
-				if err := rows.Scan(&v.Phase, &v.HeapTotal, &v.HeapScanned, &v.HeapVacuumed); err != nil {
-					return err
-				}
-				if v.HeapTotal > 0 {
-					v.Percent = 100 * float64(v.HeapScanned) / float64(v.HeapTotal)
-				}
-				s.Vacuum = &v
-			}
-			return rows.Err()
-		})
-	b.Queue(`
-SELECT pid, coalesce(application_name, ''), coalesce(state, ''), age(backend_xmin)::bigint,
-       extract(epoch FROM now() - xact_start)::float8
-FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
-ORDER BY age(backend_xmin) DESC LIMIT 1`).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var x XminHolder
-			if err := rows.Scan(&x.PID, &x.App, &x.State, &x.Age, &x.XactS); err != nil {
-				return err
-			}
-			s.Xmin = &x
+// queueServer reads the table statistics, a running vacuum, the session
+// holding back the xmin horizon, the connection count and the id range in
+// one statement.
+func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot, head, top **int64) {
+	b.Queue(fmt.Sprintf(`
+SELECT t.live, t.dead, t.autovacuums, t.last_autovacuum,
+       v.phase, v.heap_blks_total, v.heap_blks_scanned, v.heap_blks_vacuumed,
+       x.pid, x.app, x.state, x.age, x.xact_s,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'),
+       current_setting('max_connections')::int,
+       (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED'), (SELECT max(id) FROM %[1]s)
+FROM (SELECT 1) AS one
+LEFT JOIN (SELECT coalesce(n_live_tup, 0) AS live, coalesce(n_dead_tup, 0) AS dead,
+                  coalesce(autovacuum_count, 0) AS autovacuums, last_autovacuum
+           FROM pg_stat_user_tables WHERE relid = $1) AS t ON true
+LEFT JOIN (SELECT phase, heap_blks_total, heap_blks_scanned, heap_blks_vacuumed
+           FROM pg_stat_progress_vacuum WHERE relid = $1 LIMIT 1) AS v ON true
+LEFT JOIN (SELECT pid, coalesce(application_name, '') AS app, coalesce(state, '') AS state,
+                  age(backend_xmin)::bigint AS age, extract(epoch FROM now() - xact_start)::float8 AS xact_s
+           FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+           ORDER BY age(backend_xmin) DESC LIMIT 1) AS x ON true`, c.t.qualified), c.t.oid).QueryRow(func(row pgx.Row) error {
+		var live, dead, autovac *int64
+		var phase *string
+		var total, scanned, vacuumed *int64
+		var xpid *int32
+		var xapp, xstate *string
+		var xage *int64
+		var xs *float64
+		if err := row.Scan(&live, &dead, &autovac, &s.LastAutovacuum, &phase, &total, &scanned, &vacuumed,
+			&xpid, &xapp, &xstate, &xage, &xs, &s.Connections, &s.MaxConnections, head, top); err != nil {
+			return fmt.Errorf("server statistics: %w", err)
 		}
-		return rows.Err()
+		if live != nil {
+			s.LiveTuples, s.DeadTuples, s.AutovacuumCount = *live, *dead, *autovac
+		}
+		if tot := s.LiveTuples + s.DeadTuples; tot > 0 {
+			s.DeadRatio = float64(s.DeadTuples) / float64(tot)
+		}
+		s.Pool.Total = s.LiveTuples
+		if phase != nil {
+			v := &VacuumProgress{Phase: *phase, HeapTotal: deref(total), HeapScanned: deref(scanned), HeapVacuumed: deref(vacuumed)}
+			if v.HeapTotal > 0 {
+				v.Percent = 100 * float64(v.HeapScanned) / float64(v.HeapTotal)
+			}
+			s.Vacuum = v
+		}
+		if xpid != nil {
+			s.Xmin = &XminHolder{PID: *xpid, App: *xapp, State: *xstate, Age: deref(xage), XactS: xs}
+		}
+		return nil
 	})
-	b.Queue(`SELECT count(*) FILTER (WHERE backend_type = 'client backend'), current_setting('max_connections')::int FROM pg_stat_activity`).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&s.Connections, &s.MaxConnections) })
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 func redactParse(err error) string { return engine.RedactDSN(err.Error()) }

@@ -30,7 +30,7 @@ type unusedCounter struct {
 
 const (
 	minChunk  = 8192
-	maxChunks = 2048 // the id range is cut into about this many chunks
+	maxChunks = 4096 // the id range is cut into about this many chunks
 )
 
 // init learns the id range before the first poll, so that the first poll
@@ -46,28 +46,22 @@ func (u *unusedCounter) init(ctx context.Context, c *Collector) error {
 	return nil
 }
 
-// queue adds the counting queries to the poll's batch, planned from what
-// the previous poll saw, and returns the function that totals them once
-// the batch has run.
-func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func() {
+// queue adds the counting query to the poll's batch, planned from what the
+// previous poll saw, and returns the function that totals the counts once
+// the batch has run and the current id range (head, top) is known.
+func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func(head, top *int64) {
 	if u.counts == nil {
 		u.counts, u.at, u.per = map[int64]int64{}, map[int64]time.Time{}, 8
 	}
-	var head, top *int64
-	b.Queue(fmt.Sprintf(`SELECT (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED'), (SELECT max(id) FROM %[1]s)`, c.t.qualified)).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&head, &top) })
 	plan := map[int64]bool{}
 	if u.width > 0 {
 		plan[u.head] = true
-		if u.head+1 <= u.top {
-			plan[u.head+1] = true // the head moves up as ids are claimed
-		}
-		for k := u.head; k <= u.top && len(plan) < 2+u.per; k++ { // never counted first
+		for k := u.head; k <= u.top && len(plan) < 1+u.per; k++ { // never counted first
 			if _, ok := u.counts[k]; !ok {
 				plan[k] = true
 			}
 		}
-		for n := u.head; n <= u.top && len(plan) < 2+u.per; n++ { // then round-robin
+		for n := u.head; n <= u.top && len(plan) < 1+u.per; n++ { // then round-robin
 			if u.cursor < u.head || u.cursor > u.top {
 				u.cursor = u.head
 			}
@@ -77,20 +71,28 @@ func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func() {
 	}
 	now := s.Time
 	got := map[int64]int64{}
+	ks := make([]int64, 0, len(plan))
 	for k := range plan {
-		k := k
-		b.Queue(fmt.Sprintf(`SELECT count(*) FROM %s WHERE status = 'UNUSED' AND id >= $1 AND id < $2`, c.t.qualified),
-			k*u.width, (k+1)*u.width).QueryRow(func(row pgx.Row) error {
-			var n int64
-			if err := row.Scan(&n); err != nil {
-				return fmt.Errorf("unused ids: %w", err)
+		ks = append(ks, k)
+	}
+	if len(ks) > 0 {
+		// One statement for every chunk, each counted by a range scan of the
+		// partial index on UNUSED ids.
+		b.Queue(fmt.Sprintf(`
+SELECT r.k, (SELECT count(*) FROM %s WHERE status = 'UNUSED' AND id >= r.k * $2::bigint AND id < (r.k + 1) * $2::bigint)
+FROM unnest($1::bigint[]) AS r(k)`, c.t.qualified), ks, u.width).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var k, n int64
+				if err := rows.Scan(&k, &n); err != nil {
+					return fmt.Errorf("unused ids: %w", err)
+				}
+				got[k] = n
 			}
-			got[k] = n
-			return nil
+			return rows.Err()
 		})
 	}
 	t0 := time.Now()
-	return func() {
+	return func(head, top *int64) {
 		// Spend more chunks per poll when polls are cheap, fewer when not.
 		if el := time.Since(t0); el < c.cfg.CountBudget && u.per < 64 {
 			u.per *= 2
