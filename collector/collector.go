@@ -300,16 +300,15 @@ func (c *Collector) Info() Info {
 
 // raw is what one poll read, before rates.
 type raw struct {
-	at                    time.Time
-	unused, pending       int64
-	live, dead            int64
-	upd                   int64
-	consumed              int64
-	acquired, committed   int64
-	fenced, double        int64
-	crashes, reclaimed    int64
-	haveWorkload          bool
-	unusedOK, consumedEst bool
+	at                  time.Time
+	unused, pending     int64
+	live, dead          int64
+	upd                 int64
+	consumed            int64
+	acquired, committed int64
+	fenced, double      int64
+	crashes, reclaimed  int64
+	haveWorkload        bool
 }
 
 // Poll reads every signal once and returns the snapshot. All queries go in

@@ -17,13 +17,12 @@ type Pool struct {
 	// leased or not: catches pools that use no leases at all.
 	Stuck int64 `json:"stuck"`
 	// ExpiredOld: expired for longer than a reaper interval (the reaper lags).
-	ExpiredOld      int64    `json:"expired_old"`
-	OldestPendingS  *float64 `json:"oldest_pending_s"`
-	PendingCapped   bool     `json:"pending_capped,omitempty"` // more PENDING rows than were counted
-	Estimated       []string `json:"estimated"`                // which of the counts above are estimates
-	UnusedAgeS      float64  `json:"unused_age_s"`             // age of the oldest part of the rolling UNUSED recount
-	Total           int64    `json:"total"`
-	ExactUnusedPoll bool     `json:"-"`
+	ExpiredOld     int64    `json:"expired_old"`
+	OldestPendingS *float64 `json:"oldest_pending_s"`
+	PendingCapped  bool     `json:"pending_capped,omitempty"` // more PENDING rows than were counted
+	Estimated      []string `json:"estimated"`                // which of the counts above are estimates
+	UnusedAgeS     float64  `json:"unused_age_s"`             // age of the oldest part of the rolling UNUSED recount
+	Total          int64    `json:"total"`
 }
 
 // Waiter is a session waiting on a lock, with who blocks it.

@@ -143,8 +143,7 @@ FROM unnest($1::bigint[]) AS r(k)`, c.t.qualified), ks, u.width).Query(func(rows
 		}
 		s.Pool.Unused = sum
 		s.Pool.UnusedAgeS = now.Sub(oldest).Seconds()
-		s.Pool.ExactUnusedPoll = missing == 0 && !oldest.Before(now)
-		if !s.Pool.ExactUnusedPoll {
+		if missing > 0 || oldest.Before(now) {
 			s.Pool.Estimated = append(s.Pool.Estimated, "unused")
 		}
 	}
