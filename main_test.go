@@ -19,13 +19,9 @@ import (
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(runner{m})
-}
-
-type runner struct{ m *testing.M }
-
-func (r runner) Run() int { return pgtest.Run(r.m) }
+// The database starts before the tests and stops after them; goleak then
+// checks that nothing was left running.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Runner{M: m}) }
 
 type result struct {
 	code           int

@@ -13,14 +13,9 @@ import (
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(&pgtestRunner{m})
-}
-
-// pgtestRunner lets goleak check for leaks after pgtest has stopped the server.
-type pgtestRunner struct{ m *testing.M }
-
-func (r *pgtestRunner) Run() int { return pgtest.Run(r.m) }
+// The database starts before the tests and stops after them; goleak then
+// checks that nothing was left running.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Runner{M: m}) }
 
 // bundle is what setup returns: the engine under test and its collaborators.
 type bundle struct {

@@ -12,11 +12,9 @@ import (
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(runner{m}) }
-
-type runner struct{ m *testing.M }
-
-func (r runner) Run() int { return pgtest.Run(r.m) }
+// The database starts before the tests and stops after them; goleak then
+// checks that nothing was left running.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Runner{M: m}) }
 
 type bundle struct {
 	ctx context.Context

@@ -167,3 +167,10 @@ func PoolQueryRow(ctx context.Context, schema, sql string, dst ...any) error {
 	defer conn.Close(ctx)
 	return conn.QueryRow(ctx, sql).Scan(dst...)
 }
+
+// Runner lets a TestMain wrap the database around goleak's leak check:
+// goleak.VerifyTestMain(pgtest.Runner{M: m}).
+type Runner struct{ M *testing.M }
+
+// Run starts the database, runs the tests and stops the database.
+func (r Runner) Run() int { return Run(r.M) }
