@@ -23,7 +23,10 @@ func TestDashboardInTmux(t *testing.T) {
 	}
 	session := fmt.Sprintf("pooltop-e2e-%d", os.Getpid())
 	exitFile := filepath.Join(dir, "exit")
-	script := fmt.Sprintf("env -u DATABASE_URL -u PGHOST -u PGDATABASE -u PGUSER -u PGPORT %s --pool-size 20000 2>%s/stderr; echo $? > %s", bin, dir, exitFile)
+	pidFile := filepath.Join(dir, "pid")
+	// The subshell writes its pid and execs pooltop, so that pid is pooltop's.
+	script := fmt.Sprintf("(echo $BASHPID > %s; exec env -u DATABASE_URL -u PGHOST -u PGDATABASE -u PGUSER -u PGPORT %s --pool-size 20000 2>%s/stderr); echo $? > %s",
+		pidFile, bin, dir, exitFile)
 	tmux := func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command("tmux", args...).CombinedOutput()
@@ -57,6 +60,19 @@ func TestDashboardInTmux(t *testing.T) {
 		}
 	}
 	waitFor("throughput/s  acquires", 20*time.Second)
+	pid, err := os.ReadFile(pidFile)
+	if err != nil || len(strings.TrimSpace(string(pid))) == 0 {
+		t.Fatalf("no pid recorded: %v", err)
+	}
+	mark := "pooltop-pg-" + strings.TrimSpace(string(pid)) + "-"
+	var running []string
+	for _, base := range []string{"/dev/shm", os.TempDir()} {
+		m, _ := filepath.Glob(filepath.Join(base, mark+"*"))
+		running = append(running, m...)
+	}
+	if len(running) != 1 {
+		t.Fatalf("while running, pooltop's server directory %s* should exist once: %v", mark, running)
+	}
 	tmux("send-keys", "-t", session, "l")
 	waitFor("lease    OFF", 10*time.Second)
 	tmux("send-keys", "-t", session, "f")
@@ -78,11 +94,14 @@ func TestDashboardInTmux(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	// Quitting removed the embedded server: no postgres runs on a data
-	// directory of that pooltop process.
-	out, _ := exec.Command("pgrep", "-af", "pooltop-pg-").Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, "postgres") && !strings.Contains(line, fmt.Sprintf("pooltop-pg-%d-", os.Getpid())) {
-			t.Errorf("a postgres outlived its pooltop: %s", line)
+	// directory of that pooltop process, and the directory is gone.
+	out, _ := exec.Command("pgrep", "-af", mark).Output()
+	if strings.Contains(string(out), "postgres") {
+		t.Errorf("a postgres outlived its pooltop: %s", out)
+	}
+	for _, base := range []string{"/dev/shm", os.TempDir()} {
+		if left, _ := filepath.Glob(filepath.Join(base, mark+"*")); len(left) > 0 {
+			t.Errorf("pooltop left %v behind", left)
 		}
 	}
 }
