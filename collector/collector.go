@@ -424,7 +424,7 @@ WITH l AS MATERIALIZED (
 )
 SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.usename::text, ''), coalesce(a.state, ''),
        coalesce(a.wait_event_type, '') || coalesce(':' || a.wait_event, ''),
-       CASE WHEN a.wait_event_type = 'Lock' THEN extract(epoch FROM now() - coalesce(ws.waitstart, a.state_change)) * 1000 END,
+       CASE WHEN a.wait_event_type = 'Lock' THEN extract(epoch FROM clock_timestamp() - coalesce(ws.waitstart, a.state_change)) * 1000 END,
        CASE WHEN a.wait_event_type = 'Lock' THEN pg_blocking_pids(a.pid) END,
        left(coalesce(a.query, ''), 300)
 FROM pg_stat_activity a JOIN touching t ON t.pid = a.pid LEFT JOIN ws ON ws.pid = a.pid

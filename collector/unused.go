@@ -140,6 +140,9 @@ FROM unnest($1::bigint[]) AS r(k)`, c.t.qualified), ks, u.width).Query(func(rows
 				avg = seenSum / seen
 			}
 			sum += missing * avg
+			if s.Pool.Total > 0 { // never more than the statistics say the table holds
+				sum = min(sum, max(s.Pool.Total-s.Pool.Pending, 0))
+			}
 		}
 		s.Pool.Unused = sum
 		s.Pool.UnusedAgeS = now.Sub(oldest).Seconds()
