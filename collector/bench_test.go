@@ -44,6 +44,23 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 	}
 	b.Logf("seeded %d rows in %v", rows, time.Since(start).Round(time.Millisecond))
 
+	// The same poll on the idle server: what a poll itself costs, before any
+	// wait for a CPU that a busy server adds.
+	idle, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: schema + ".resource_pool"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var idlePolls []float64
+	for j := 0; j < 40; j++ {
+		s, err := idle.Poll(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		idlePolls = append(idlePolls, s.PollMS)
+	}
+	idle.Close()
+	sort.Float64s(idlePolls)
+
 	cfg := workload.Defaults()
 	cfg.Workers, cfg.Task, cfg.TTL = 16, 0, time.Minute
 	wl, err := workload.New(eng, cfg)
@@ -107,6 +124,7 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 			quiet += rate(5*time.Second, false) / 6
 			polled += rate(5*time.Second, true) / 6
 		}
+		b.ReportMetric(idlePolls[len(idlePolls)/2], "idle_poll_p50_ms")
 		b.ReportMetric(polls[len(polls)/2], "poll_p50_ms")
 		b.ReportMetric(polls[len(polls)*95/100], "poll_p95_ms")
 		b.ReportMetric(float64(groupBy.Microseconds())/1000, "groupby_ms")
