@@ -51,7 +51,8 @@ type Config struct {
 	StuckAfter time.Duration
 	// History is how many points each series keeps; default 3600 (an hour at 1 Hz).
 	History int
-	// CountBudget bounds the time a poll spends recounting UNUSED ids; default 4 ms.
+	// CountBudget is the time a poll may spend recounting UNUSED ids beyond the
+	// chunk where claims happen; default 1 ms.
 	CountBudget time.Duration
 	// PendingCap bounds the PENDING rows counted exactly per poll; default 100,000.
 	PendingCap int
@@ -82,7 +83,7 @@ func (c *Config) defaults() error {
 		c.History = 3600
 	}
 	if c.CountBudget == 0 {
-		c.CountBudget = 4 * time.Millisecond
+		c.CountBudget = time.Millisecond
 	}
 	if c.PendingCap == 0 {
 		c.PendingCap = 100_000
