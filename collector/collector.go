@@ -156,7 +156,9 @@ type Collector struct {
 	events *eventRing
 	prev   *raw
 	burn   float64 // smoothed
-	alerts map[string]*Alert
+	// burnSamples counts the burn samples so far, for the warm-up.
+	burnSamples int
+	alerts      map[string]*Alert
 }
 
 // New connects with its own small read-only pool and resolves the table.
@@ -302,10 +304,7 @@ func (c *Collector) Info() Info {
 // raw is what one poll read, before rates.
 type raw struct {
 	at                  time.Time
-	unused, pending     int64
-	live, dead          int64
-	upd                 int64
-	consumed            int64
+	unused, consumed    int64
 	acquired, committed int64
 	fenced, double      int64
 	crashes, reclaimed  int64

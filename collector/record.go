@@ -63,9 +63,15 @@ func (c *Collector) record(s *Snapshot) {
 			if r, ok := rate(cur.consumed, p.consumed); ok {
 				s.ConsumedPerS = r
 			}
-			inst := float64(p.unused-cur.unused) / dt // net decline of UNUSED
-			alpha := 1 - math.Exp(-dt/burnTau.Seconds())
-			c.burn += alpha * (inst - c.burn)
+			// Net decline of UNUSED, from what was counted in both polls.
+			// Smoothed with a 15 s time constant; the first samples are
+			// averaged plainly, so the rate is right from the first poll.
+			if s.Pool.haveDelta {
+				inst := float64(-s.Pool.unusedDelta) / dt
+				c.burnSamples++
+				alpha := math.Max(1-math.Exp(-dt/burnTau.Seconds()), 1/float64(c.burnSamples))
+				c.burn += alpha * (inst - c.burn)
+			}
 			if cur.haveWorkload && p.haveWorkload {
 				if r, ok := rate(cur.acquired, p.acquired); ok {
 					s.AcquiresPerS = &r
@@ -91,7 +97,7 @@ func (c *Collector) record(s *Snapshot) {
 			}
 		}
 	} else {
-		c.burn = 0
+		c.burn, c.burnSamples = 0, 0
 	}
 	c.prev = cur
 	s.BurnPerS = c.burn

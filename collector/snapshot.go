@@ -23,6 +23,11 @@ type Pool struct {
 	Estimated      []string `json:"estimated"`                // which of the counts above are estimates
 	UnusedAgeS     float64  `json:"unused_age_s"`             // age of the oldest part of the rolling UNUSED recount
 	Total          int64    `json:"total"`
+	// unusedDelta is the change of UNUSED since the previous poll, from the
+	// chunks counted in both (valid when haveDelta): the burn rate uses it,
+	// so that an estimate being corrected never reads as a burn.
+	unusedDelta int64
+	haveDelta   bool
 }
 
 // Waiter is a session waiting on a lock, with who blocks it.

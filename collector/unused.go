@@ -25,7 +25,7 @@ type unusedCounter struct {
 	head   int64 // chunk of the lowest UNUSED id at the last poll
 	top    int64 // chunk of the highest id at the last poll
 	per    int   // chunks counted per poll beyond the head
-	last   time.Duration
+	polled bool  // a poll has counted before: deltas are meaningful
 }
 
 const (
@@ -100,53 +100,77 @@ FROM unnest($1::bigint[]) AS r(k)`, c.t.qualified), ks, u.width).Query(func(rows
 			u.per /= 2
 		}
 		if head == nil || top == nil {
-			u.counts, u.at, u.width = nil, nil, 0
+			var had int64
+			for _, n := range u.counts {
+				had += n
+			}
+			s.Pool.unusedDelta, s.Pool.haveDelta = -had, u.polled
+			u.counts, u.at, u.width, u.polled = nil, nil, 0, true
 			s.Pool.Unused = 0
 			return
 		}
 		if u.width == 0 {
 			u.width = max(minChunk, (*top-*head+1)/maxChunks+1)
 		}
+		// The change since the previous poll, from what was counted: chunks
+		// recounted now, new chunks above the old top, and chunks that fell
+		// below the lowest UNUSED id (all their ids were taken). Chunks of the
+		// first sweep, never counted before, add nothing.
+		var delta int64
+		prevTop := u.top
 		for k, n := range got {
+			if old, ok := u.counts[k]; ok {
+				delta += n - old
+			} else if u.polled && k > prevTop {
+				delta += n // ids added above the old top (a refill)
+			}
 			u.counts[k], u.at[k] = n, now
 		}
 		h, t := *head/u.width, *top/u.width
 		u.head, u.top = h, t
-		for k := range u.counts {
+		for k, old := range u.counts {
 			if k < h || k > t {
+				if k < h {
+					delta -= old
+				}
 				delete(u.counts, k)
 				delete(u.at, k)
 			}
 		}
-		var sum, seen, seenSum, missing int64
+		s.Pool.unusedDelta, s.Pool.haveDelta = delta, u.polled
+		u.polled = true
+		// span is how many ids of chunk k lie in [head, top].
+		span := func(k int64) int64 { return min((k+1)*u.width, *top+1) - max(k*u.width, *head) }
+		var sum, seenSpan, seenSum, missingSpan int64
 		oldest := now
+		missing := false
 		for k := h; k <= t; k++ {
 			n, ok := u.counts[k]
 			if !ok {
-				missing++
+				missing, missingSpan = true, missingSpan+span(k)
 				continue
 			}
 			sum += n
 			if k != h {
-				seen, seenSum = seen+1, seenSum+n
+				seenSpan, seenSum = seenSpan+span(k), seenSum+n
 			}
 			if u.at[k].Before(oldest) {
 				oldest = u.at[k]
 			}
 		}
-		if missing > 0 { // not swept once yet: chunks not counted are taken as dense as those that were
-			avg := u.width
-			if seen > 0 {
-				avg = seenSum / seen
+		if missing { // not swept once yet: chunks not counted are taken as dense as those that were
+			density := 1.0
+			if seenSpan > 0 {
+				density = float64(seenSum) / float64(seenSpan)
 			}
-			sum += missing * avg
+			sum += int64(density * float64(missingSpan))
 			if s.Pool.Total > 0 { // never more than the statistics say the table holds
 				sum = min(sum, max(s.Pool.Total-s.Pool.Pending, 0))
 			}
 		}
 		s.Pool.Unused = sum
 		s.Pool.UnusedAgeS = now.Sub(oldest).Seconds()
-		if missing > 0 || oldest.Before(now) {
+		if missing || oldest.Before(now) {
 			s.Pool.Estimated = append(s.Pool.Estimated, "unused")
 		}
 	}
