@@ -127,9 +127,11 @@ func TestStrategyAndFencingKnobsApplyWithinACycle(t *testing.T) {
 	if err := wl.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
+	before := wl.Snapshot()
 	wl.Reset()
-	if s := wl.Snapshot(); s.Committed > int64(cfg.Workers) {
-		t.Fatalf("reset left %d commits", s.Committed)
+	if s := wl.Snapshot(); s.Committed >= before.Committed || s.Conflicts >= before.Conflicts {
+		t.Fatalf("reset did not restart the counters: %d commits and %d conflicts before, %d and %d after",
+			before.Committed, before.Conflicts, s.Committed, s.Conflicts)
 	}
 	poll(t, "commits without leases", 10*time.Second, func() bool { return wl.Snapshot().Committed > 50 })
 	wl.Stop()
