@@ -10,6 +10,7 @@ import (
 
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgbench"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 	"github.com/pooltop-dev/pooltop/workload"
 )
@@ -61,16 +62,6 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 	idle.Close()
 	sort.Float64s(idlePolls)
 
-	cfg := workload.Defaults()
-	cfg.Workers, cfg.Task, cfg.TTL = 16, 0, time.Minute
-	wl, err := workload.New(eng, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	wl.Start(ctx)
-	defer wl.Stop()
-	time.Sleep(3 * time.Second) // warm-up: the workload reaches its steady rate
-
 	col, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: schema + ".resource_pool"})
 	if err != nil {
 		b.Fatal(err)
@@ -86,25 +77,81 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 		r.Close()
 		return time.Since(t0)
 	}
-	rate := func(d time.Duration, poll bool) float64 {
-		s0 := wl.Snapshot()
-		t0 := time.Now()
+	// pollEvery polls once a second until stop is closed.
+	pollEvery := func(stop <-chan struct{}) {
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
-		for time.Since(t0) < d {
-			<-tick.C
-			if poll {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
 				if _, err := col.Poll(ctx); err != nil {
-					b.Fatal(err)
+					b.Error(err)
+					return
 				}
 			}
 		}
-		s1 := wl.Snapshot()
-		return float64(s1.Acquired-s0.Acquired) / time.Since(t0).Seconds()
+	}
+
+	// The load: the workload in this process (default), or with
+	// POOLTOP_BENCH_LOAD=pgbench the same claim → commit cycle driven by
+	// pgbench from another process, as an application would load a pool
+	// that pooltop watch observes.
+	var rate func(d time.Duration, poll bool) float64
+	var background func(d time.Duration) (stop func())
+	if os.Getenv("POOLTOP_BENCH_LOAD") == "pgbench" {
+		script := pgbench.Literal(engine.ClaimSQL(1), "'pgbench'", "60000000") + "\n\\gset\n" +
+			pgbench.Literal(engine.CommitSQL, ":id", ":lease_token", "gen_random_uuid()::text", "'pgbench'", "''") + ";\n"
+		run := func(d time.Duration) float64 {
+			res, err := pgbench.Run(ctx, pgbench.Options{DSN: pgtest.DSN(), Schema: schema, Script: script, Clients: 16, Duration: d})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return res.TPS
+		}
+		rate = func(d time.Duration, poll bool) float64 {
+			stop := make(chan struct{})
+			if poll {
+				go pollEvery(stop)
+			}
+			tps := run(d)
+			close(stop)
+			return tps
+		}
+		background = func(d time.Duration) func() {
+			done := make(chan struct{})
+			go func() { run(d); close(done) }()
+			time.Sleep(2 * time.Second) // pgbench connects and reaches its rate
+			return func() { <-done }
+		}
+	} else {
+		cfg := workload.Defaults()
+		cfg.Workers, cfg.Task, cfg.TTL = 16, 0, time.Minute
+		wl, err := workload.New(eng, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wl.Start(ctx)
+		defer wl.Stop()
+		time.Sleep(3 * time.Second) // warm-up: the workload reaches its steady rate
+		rate = func(d time.Duration, poll bool) float64 {
+			s0 := wl.Snapshot()
+			t0 := time.Now()
+			stop := make(chan struct{})
+			if poll {
+				go pollEvery(stop)
+			}
+			time.Sleep(d)
+			close(stop)
+			return float64(wl.Snapshot().Acquired-s0.Acquired) / time.Since(t0).Seconds()
+		}
+		background = func(time.Duration) func() { return func() {} }
 	}
 
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		wait := background(40 * time.Second)
 		groupBy := timeIt("SELECT status, count(*) FROM resource_pool GROUP BY status")
 		indexCount := timeIt("SELECT count(*) FROM resource_pool WHERE status = 'UNUSED'")
 		var polls []float64
@@ -116,6 +163,7 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 			polls = append(polls, s.PollMS)
 			time.Sleep(50 * time.Millisecond)
 		}
+		wait()
 
 		sort.Float64s(polls)
 		// Alternate quiet and polled periods so drift hits both alike.
