@@ -99,14 +99,7 @@ count of a ten-million-row pool takes seconds and slows the workers.
 
 // newCollector connects the collector, turning connection failures into one line.
 func newCollector(ctx context.Context, cfg collector.Config) (*collector.Collector, error) {
-	col, err := collector.New(ctx, cfg)
-	if err != nil {
-		if errors.Is(err, collector.ErrNoTable) || strings.HasPrefix(err.Error(), "parse --dsn") {
-			return nil, err
-		}
-		return nil, fmt.Errorf("watch: %w", err)
-	}
-	return col, nil
+	return collector.New(ctx, cfg)
 }
 
 // runHeadless polls every interval and prints one line per poll.

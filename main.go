@@ -120,7 +120,9 @@ FOR UPDATE SKIP LOCKED, hold them under a time lease and commit their effect
 through a fencing token; a reaper returns expired leases to the pool.
 
 With no command, pooltop starts the demo: a private PostgreSQL (unless --dsn
-is given), the schema, a pool of ids and the reaper.
+is given), the schema, a pool of ids, a simulated fleet of workers with its
+reaper, and the dashboard (keys: ? for help, 1-8 scenarios, q to quit).
+pooltop watch shows an existing pool read-only.
 
 The database comes from --dsn, else DATABASE_URL, else the standard PG*
 variables (PGHOST, PGUSER, …); with none of them, an embedded PostgreSQL is

@@ -187,7 +187,11 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, err
+		return nil, engine.ConnectError(pcfg.ConnConfig, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, engine.ConnectError(pcfg.ConnConfig, err)
 	}
 	c := &Collector{cfg: cfg, pool: pool, series: map[string]*Ring{}, events: newEventRing(200), alerts: map[string]*Alert{}}
 	for _, s := range allSeries {

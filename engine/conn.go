@@ -113,7 +113,7 @@ func ConnectError(cc *pgx.ConnConfig, err error) error {
 	}
 	msg := err.Error()
 	if strings.Contains(msg, "connection refused") {
-		return fmt.Errorf("connect to %s: connection refused: is PostgreSQL running there? (omit --dsn to start an embedded server)", where)
+		return fmt.Errorf("connect to %s: connection refused: is PostgreSQL running there and listening on that port?", where)
 	}
 	if strings.Contains(msg, "no such host") {
 		return fmt.Errorf("connect to %s: unknown host %q: fix the host in --dsn", where, cc.Host)
