@@ -201,8 +201,8 @@ run:
 		MaxReclaimLagMS: ms(rs.MaxLag),
 		// A lease expiring just after a pass waits for the next one: the
 		// grace, one interval, the pass before it and its own statement,
-		// plus timer slack on a loaded machine (50 ms + a fifth of the interval).
-		ReclaimBoundMS: ms(cfg.ReaperGrace + cfg.ReaperInterval + 2*rs.MaxBatch + 50*time.Millisecond + cfg.ReaperInterval/5),
+		// plus timer slack on a loaded machine (100 ms + a fifth of the interval).
+		ReclaimBoundMS: ms(cfg.ReaperGrace + cfg.ReaperInterval + 2*rs.MaxBatch + 100*time.Millisecond + cfg.ReaperInterval/5),
 		Crashes:        snap.Crashes, Pauses: snap.Pauses, EmptyPool: snap.EmptyPool,
 		Conflicts: snap.Conflicts, Errors: errs, Audit: audit,
 		Violations: []string{}, Expected: []string{},
