@@ -69,8 +69,8 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
-	if o.watch.interval < collector.MinInterval || o.watch.interval > collector.MaxInterval {
-		return usageError{fmt.Errorf("--interval %v: between %v and %v", o.watch.interval, collector.MinInterval, collector.MaxInterval)}
+	if err := checkInterval(o.watch.interval); err != nil {
+		return err
 	}
 	d, err := g.open(ctx, openOptions{appName: "pooltop-workload", maxConns: int32(o.maxConns), write: true, migrate: true})
 	if err != nil {
@@ -97,7 +97,7 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 	wl.Start(ctx)
 	defer wl.Stop()
 
-	col, err := newCollector(ctx, collector.Config{DSN: d.dsn, Table: g.schema + ".resource_pool", Interval: o.watch.interval,
+	col, err := newCollector(ctx, collector.Config{DSN: d.dsn, Table: g.schema + ".resource_pool",
 		Alerts: collector.AlertConfig{ExpiredAfter: cfg.ReaperInterval + cfg.ReaperGrace}, Workload: wl})
 	if err != nil {
 		return err

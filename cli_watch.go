@@ -45,13 +45,21 @@ func (o *watchOptions) config(g *globals, dsn string) (collector.Config, error) 
 	if _, _, err := collector.ParseTable(table); err != nil {
 		return collector.Config{}, usageError{fmt.Errorf("--table: %w", err)}
 	}
-	if o.interval < collector.MinInterval || o.interval > collector.MaxInterval {
-		return collector.Config{}, usageError{fmt.Errorf("--interval %v: between %v and %v", o.interval, collector.MinInterval, collector.MaxInterval)}
+	if err := checkInterval(o.interval); err != nil {
+		return collector.Config{}, err
 	}
 	if o.count < 0 {
 		return collector.Config{}, usageError{fmt.Errorf("--count %d: must not be negative", o.count)}
 	}
-	return collector.Config{DSN: dsn, Table: table, Interval: o.interval, StuckAfter: o.stuck, Alerts: o.alerts}, nil
+	return collector.Config{DSN: dsn, Table: table, StuckAfter: o.stuck, Alerts: o.alerts}, nil
+}
+
+// checkInterval validates a --interval flag.
+func checkInterval(d time.Duration) error {
+	if d < collector.MinInterval || d > collector.MaxInterval {
+		return usageError{fmt.Errorf("--interval %v: between %v and %v", d, collector.MinInterval, collector.MaxInterval)}
+	}
+	return nil
 }
 
 func newWatchCmd(g *globals) *cobra.Command {

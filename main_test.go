@@ -140,6 +140,8 @@ func TestExitCodesAndBadInput(t *testing.T) {
 		{[]string{"lease", "frobnicate"}, exitUsage, "unknown command"},
 		{[]string{"lease", "show", "--id", "1", "extra"}, exitUsage, "unknown command"},
 		{[]string{"seed", "--count", "0"}, exitUsage, "--count 0"},
+		{[]string{"watch", "--headless", "--interval", "1ms"}, exitUsage, "--interval 1ms: between 250ms and 1m0s"},
+		{[]string{"--headless", "--interval", "2m"}, exitUsage, "--interval 2m0s: between 250ms and 1m0s"},
 	}
 	for _, c := range cases {
 		r := pooltop(t, append(c.args, db...)...)

@@ -45,8 +45,6 @@ type AlertConfig struct {
 type Config struct {
 	DSN   string
 	Table string // "schema.table" or "table" (public); default public.resource_pool
-	// Interval is how often Run polls; 0.25 s to 60 s, default 1 s.
-	Interval time.Duration
 	// StuckAfter: PENDING rows unchanged for longer count as stuck; default 5 min.
 	StuckAfter time.Duration
 	// History is how many points each series keeps; default 3600 (an hour at 1 Hz).
@@ -60,7 +58,7 @@ type Config struct {
 	Workload   WorkloadSource
 }
 
-// Interval limits.
+// Limits of the poll interval the callers (watch, the dashboard) offer.
 const (
 	MinInterval = 250 * time.Millisecond
 	MaxInterval = 60 * time.Second
@@ -69,12 +67,6 @@ const (
 func (c *Config) defaults() error {
 	if c.Table == "" {
 		c.Table = "public.resource_pool"
-	}
-	if c.Interval == 0 {
-		c.Interval = time.Second
-	}
-	if c.Interval < MinInterval || c.Interval > MaxInterval {
-		return fmt.Errorf("interval %v: between %v and %v", c.Interval, MinInterval, MaxInterval)
 	}
 	if c.StuckAfter == 0 {
 		c.StuckAfter = 5 * time.Minute
@@ -308,7 +300,7 @@ func (c *Collector) Info() Info {
 // raw is what one poll read, before rates.
 type raw struct {
 	at                  time.Time
-	unused, consumed    int64
+	consumed            int64
 	acquired, committed int64
 	fenced, double      int64
 	crashes, reclaimed  int64

@@ -34,14 +34,8 @@ func setup(t *testing.T, size int) *bundle {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	schema := pgtest.MigratedSchema(t)
-	eng := engine.New(pgtest.Pool(t, schema, pgtest.Options{MaxConns: 4}))
-	if size > 0 {
-		if _, err := eng.Seed(ctx, size); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return &bundle{ctx: ctx, schema: schema, conn: pgtest.Conn(t, schema), eng: eng}
+	db := pgtest.NewSeeded(t, ctx, size, pgtest.Options{MaxConns: 4})
+	return &bundle{ctx: ctx, schema: db.Schema, conn: pgtest.Conn(t, db.Schema), eng: db.Engine}
 }
 
 func (b *bundle) collector(t *testing.T, cfg collector.Config) *collector.Collector {
@@ -345,10 +339,6 @@ func TestBadTable(t *testing.T) {
 		if _, _, err := collector.ParseTable(bad); err == nil {
 			t.Errorf("table %q accepted", bad)
 		}
-	}
-	_, err = collector.New(b.ctx, collector.Config{DSN: pgtest.DSN(), Table: "public.resource_pool", Interval: time.Millisecond})
-	if err == nil {
-		t.Fatal("a 1ms interval was accepted")
 	}
 }
 

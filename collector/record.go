@@ -40,7 +40,7 @@ const burnTau = 15 * time.Second
 func (c *Collector) record(s *Snapshot) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cur := &raw{at: s.Time, unused: s.Pool.Unused, consumed: s.Pool.Consumed}
+	cur := &raw{at: s.Time, consumed: s.Pool.Consumed}
 	if w := s.Workload; w != nil {
 		cur.haveWorkload = true
 		cur.acquired, cur.committed, cur.fenced, cur.double = w.Acquired, w.Committed, w.FencedRejections, w.DoubleFinalizations

@@ -31,15 +31,8 @@ func setup(t *testing.T, size int) *bundle {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	schema := pgtest.MigratedSchema(t)
-	pool := pgtest.Pool(t, schema, pgtest.Options{MaxConns: 40})
-	eng := engine.New(pool)
-	if size > 0 {
-		if _, err := eng.Seed(ctx, size); err != nil {
-			t.Fatalf("seed: %v", err)
-		}
-	}
-	return &bundle{ctx: ctx, eng: eng, pool: pool, schema: schema}
+	db := pgtest.NewSeeded(t, ctx, size, pgtest.Options{MaxConns: 40})
+	return &bundle{ctx: ctx, eng: db.Engine, pool: db.Pool, schema: db.Schema}
 }
 
 func (b *bundle) acquire(t *testing.T, holder string, ttl time.Duration) engine.Lease {

@@ -26,14 +26,7 @@ func setup(t *testing.T, size int) *bundle {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	schema := pgtest.MigratedSchema(t)
-	eng := engine.New(pgtest.Pool(t, schema, pgtest.Options{MaxConns: 40}))
-	if size > 0 {
-		if _, err := eng.Seed(ctx, size); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return &bundle{ctx: ctx, eng: eng}
+	return &bundle{ctx: ctx, eng: pgtest.NewSeeded(t, ctx, size, pgtest.Options{MaxConns: 40}).Engine}
 }
 
 // poll waits for cond with a deadline.
