@@ -8,6 +8,7 @@ package collector
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -167,6 +168,10 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("parse --dsn: %s", redactParse(err))
 	}
 	pcfg.MaxConns = 2
+	// pgxpool pings a connection idle for over a second before handing it
+	// out: at a poll a second that is one more round trip per poll. A broken
+	// connection fails one poll instead, which the caller shows and retries.
+	pcfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool { return p.IdleDuration > time.Minute }
 	rp := pcfg.ConnConfig.RuntimeParams
 	rp["application_name"] = "pooltop-collector"
 	rp["statement_timeout"] = "2000"
@@ -174,6 +179,9 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	rp["idle_in_transaction_session_timeout"] = "5000"
 	// Watch mode must never write: every transaction of this pool is read-only.
 	rp["default_transaction_read_only"] = "on"
+	// Plan each statement once: custom plans of these catalog and statistics
+	// joins cost more to plan at every bind than they take to run.
+	rp["plan_cache_mode"] = "force_generic_plan"
 	if pcfg.ConnConfig.ConnectTimeout == 0 {
 		pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
@@ -324,15 +332,13 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		}
 	}
 	b := &pgx.Batch{}
-	var head, top *int64
-	c.queueServer(b, &s, &head, &top)
+	c.queueServer(b, &s)
 	c.queuePending(b, &s)
 	finish := c.unused.queue(b, c, &s)
-	c.queueLocks(b, &s)
 	if err := c.pool.SendBatch(ctx, b).Close(); err != nil {
 		return s, fmt.Errorf("poll: %w", err)
 	}
-	finish(head, top)
+	finish()
 	// CONSUMED is what remains of the live-tuple count, itself an estimate
 	// kept by the statistics system.
 	s.Pool.Consumed = max(0, s.Pool.Total-s.Pool.Unused-s.Pool.Pending)
@@ -398,7 +404,65 @@ FROM (SELECT leased_until, updated_at FROM %s WHERE status = 'PENDING' LIMIT %d)
 	})
 }
 
-func (c *Collector) queueLocks(b *pgx.Batch, s *Snapshot) {
+// lockRow is one session touching the pool or ledger, as the poll's JSON
+// returns it; WaitMS is null for sessions that do not wait on a lock.
+type lockRow struct {
+	Waiter
+	WaitMS *float64 `json:"wait_ms"`
+}
+
+// locks builds the blocking tree and the wait figures from the sessions
+// touching the pool and ledger tables.
+func locks(rows []lockRow, s *Snapshot) {
+	all := map[int32]*Waiter{}
+	waiting := map[int32]bool{}
+	for i := range rows {
+		w := &rows[i].Waiter
+		if ms := rows[i].WaitMS; ms != nil {
+			waiting[w.PID], w.WaitMS = true, math.Max(*ms, 0)
+		} else {
+			w.BlockedBy = nil
+		}
+		all[w.PID] = w
+	}
+	blocks := map[int32][]int32{}
+	var waits []float64
+	for pid, w := range all {
+		if !waiting[pid] {
+			continue
+		}
+		s.Waiters = append(s.Waiters, *w)
+		waits = append(waits, w.WaitMS)
+		for _, by := range w.BlockedBy {
+			blocks[by] = append(blocks[by], w.PID)
+		}
+	}
+	sort.Slice(s.Waiters, func(i, j int) bool { return s.Waiters[i].WaitMS > s.Waiters[j].WaitMS })
+	for pid, ws := range blocks {
+		bl := Blocker{PID: pid, Blocks: ws}
+		if w, ok := all[pid]; ok {
+			bl.App, bl.State, bl.Query = w.App, w.State, w.Query
+		}
+		sort.Slice(bl.Blocks, func(i, j int) bool { return bl.Blocks[i] < bl.Blocks[j] })
+		s.Blockers = append(s.Blockers, bl)
+	}
+	sort.Slice(s.Blockers, func(i, j int) bool {
+		if len(s.Blockers[i].Blocks) != len(s.Blockers[j].Blocks) {
+			return len(s.Blockers[i].Blocks) > len(s.Blockers[j].Blocks)
+		}
+		return s.Blockers[i].PID < s.Blockers[j].PID
+	})
+	s.LockWaiters = len(waits)
+	if len(waits) > 0 {
+		sort.Float64s(waits)
+		s.LockWaitMaxMS = waits[len(waits)-1]
+		s.LockWaitP95MS = waits[min(len(waits)-1, int(0.95*float64(len(waits))))]
+	}
+}
+
+// queueServer reads the table statistics, a running vacuum, the session
+// holding back the xmin horizon and the connection count in one statement.
+func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
 	rels := []uint32{c.t.oid}
 	if c.t.ledgerOID != 0 {
 		rels = append(rels, c.t.ledgerOID)
@@ -407,99 +471,43 @@ func (c *Collector) queueLocks(b *pgx.Batch, s *Snapshot) {
 	if c.t.version < 140000 {
 		waitStart = "NULL::timestamptz" // before PostgreSQL 14 pg_locks has no waitstart: use state_change
 	}
-	// pg_locks takes every lock-manager partition lock to read the lock
-	// table, in the workers' way; it is read only while some session waits.
+	// One pass over pg_stat_activity serves the connection count, the xmin
+	// holder and the lock waits. pg_locks takes every lock-manager partition
+	// lock to read the lock table, in the workers' way: it is read only while
+	// some session waits on a lock.
 	b.Queue(fmt.Sprintf(`
-WITH l AS MATERIALIZED (
+WITH a AS MATERIALIZED (
+    SELECT pid, backend_type, application_name, usename, state, backend_xmin, xact_start,
+           wait_event_type, wait_event, state_change, query
+    FROM pg_stat_activity
+), l AS MATERIALIZED (
     SELECT pid, relation, granted, %s AS waitstart FROM pg_locks
-    WHERE pid IS NOT NULL AND EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock')
-), touching AS (
-    SELECT DISTINCT pid FROM l WHERE relation = ANY($1::oid[])
+    WHERE pid IS NOT NULL AND EXISTS (SELECT 1 FROM a WHERE wait_event_type = 'Lock')
 ), ws AS (
     SELECT pid, min(waitstart) AS waitstart FROM l WHERE NOT granted GROUP BY pid
 )
-SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.usename::text, ''), coalesce(a.state, ''),
-       coalesce(a.wait_event_type, '') || coalesce(':' || a.wait_event, ''),
-       CASE WHEN a.wait_event_type = 'Lock' THEN extract(epoch FROM clock_timestamp() - coalesce(ws.waitstart, a.state_change)) * 1000 END,
-       CASE WHEN a.wait_event_type = 'Lock' THEN pg_blocking_pids(a.pid) END,
-       left(coalesce(a.query, ''), 300)
-FROM pg_stat_activity a JOIN touching t ON t.pid = a.pid LEFT JOIN ws ON ws.pid = a.pid
-WHERE a.pid <> pg_backend_pid()`, waitStart), rels).Query(func(rows pgx.Rows) error {
-		all := map[int32]*Waiter{}
-		waiting := map[int32]bool{}
-		for rows.Next() {
-			var w Waiter
-			var ms *float64
-			var by []int32
-			if err := rows.Scan(&w.PID, &w.App, &w.User, &w.State, &w.WaitEvent, &ms, &by, &w.Query); err != nil {
-				return fmt.Errorf("lock waits: %w", err)
-			}
-			if ms != nil {
-				waiting[w.PID], w.WaitMS, w.BlockedBy = true, math.Max(*ms, 0), by
-			}
-			all[w.PID] = &w
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("lock waits: %w", err)
-		}
-		blocks := map[int32][]int32{}
-		var waits []float64
-		for pid, w := range all {
-			if !waiting[pid] {
-				continue
-			}
-			s.Waiters = append(s.Waiters, *w)
-			waits = append(waits, w.WaitMS)
-			for _, by := range w.BlockedBy {
-				blocks[by] = append(blocks[by], w.PID)
-			}
-		}
-		sort.Slice(s.Waiters, func(i, j int) bool { return s.Waiters[i].WaitMS > s.Waiters[j].WaitMS })
-		for pid, ws := range blocks {
-			bl := Blocker{PID: pid, Blocks: ws}
-			if w, ok := all[pid]; ok {
-				bl.App, bl.State, bl.Query = w.App, w.State, w.Query
-			}
-			sort.Slice(bl.Blocks, func(i, j int) bool { return bl.Blocks[i] < bl.Blocks[j] })
-			s.Blockers = append(s.Blockers, bl)
-		}
-		sort.Slice(s.Blockers, func(i, j int) bool {
-			if len(s.Blockers[i].Blocks) != len(s.Blockers[j].Blocks) {
-				return len(s.Blockers[i].Blocks) > len(s.Blockers[j].Blocks)
-			}
-			return s.Blockers[i].PID < s.Blockers[j].PID
-		})
-		s.LockWaiters = len(waits)
-		if len(waits) > 0 {
-			sort.Float64s(waits)
-			s.LockWaitMaxMS = waits[len(waits)-1]
-			s.LockWaitP95MS = waits[min(len(waits)-1, int(0.95*float64(len(waits))))]
-		}
-		return nil
-	})
-}
-
-// queueServer reads the table statistics, a running vacuum, the session
-// holding back the xmin horizon, the connection count and the id range in
-// one statement.
-func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot, head, top **int64) {
-	b.Queue(fmt.Sprintf(`
-SELECT t.live, t.dead, t.autovacuums, t.last_autovacuum,
+SELECT pg_stat_get_live_tuples($1), pg_stat_get_dead_tuples($1), pg_stat_get_autovacuum_count($1),
+       pg_stat_get_last_autovacuum_time($1),
        v.phase, v.heap_blks_total, v.heap_blks_scanned, v.heap_blks_vacuumed,
        x.pid, x.app, x.state, x.age, x.xact_s,
-       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'),
+       (SELECT count(*) FROM a WHERE backend_type = 'client backend'),
        current_setting('max_connections')::int,
-       (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED'), (SELECT max(id) FROM %[1]s)
+       (SELECT json_agg(json_build_object(
+            'pid', a.pid, 'application_name', coalesce(a.application_name, ''), 'user', coalesce(a.usename::text, ''),
+            'state', coalesce(a.state, ''), 'wait_event', coalesce(a.wait_event_type, '') || coalesce(':' || a.wait_event, ''),
+            'wait_ms', CASE WHEN a.wait_event_type = 'Lock' THEN extract(epoch FROM clock_timestamp() - coalesce(ws.waitstart, a.state_change)) * 1000 END,
+            'blocked_by', CASE WHEN a.wait_event_type = 'Lock' THEN pg_blocking_pids(a.pid) END,
+            'query', left(coalesce(a.query, ''), 300)))
+        FROM a JOIN (SELECT DISTINCT pid FROM l WHERE relation = ANY($2::oid[])) AS t ON t.pid = a.pid
+        LEFT JOIN ws ON ws.pid = a.pid
+        WHERE a.pid <> pg_backend_pid())
 FROM (SELECT 1) AS one
-LEFT JOIN (SELECT coalesce(n_live_tup, 0) AS live, coalesce(n_dead_tup, 0) AS dead,
-                  coalesce(autovacuum_count, 0) AS autovacuums, last_autovacuum
-           FROM pg_stat_user_tables WHERE relid = $1) AS t ON true
 LEFT JOIN (SELECT phase, heap_blks_total, heap_blks_scanned, heap_blks_vacuumed
            FROM pg_stat_progress_vacuum WHERE relid = $1 LIMIT 1) AS v ON true
 LEFT JOIN (SELECT pid, coalesce(application_name, '') AS app, coalesce(state, '') AS state,
                   age(backend_xmin)::bigint AS age, extract(epoch FROM now() - xact_start)::float8 AS xact_s
-           FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
-           ORDER BY age(backend_xmin) DESC LIMIT 1) AS x ON true`, c.t.qualified), c.t.oid).QueryRow(func(row pgx.Row) error {
+           FROM a WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+           ORDER BY age(backend_xmin) DESC LIMIT 1) AS x ON true`, waitStart), c.t.oid, rels).QueryRow(func(row pgx.Row) error {
 		var live, dead, autovac *int64
 		var phase *string
 		var total, scanned, vacuumed *int64
@@ -507,10 +515,18 @@ LEFT JOIN (SELECT pid, coalesce(application_name, '') AS app, coalesce(state, ''
 		var xapp, xstate *string
 		var xage *int64
 		var xs *float64
+		var waits []byte
 		if err := row.Scan(&live, &dead, &autovac, &s.LastAutovacuum, &phase, &total, &scanned, &vacuumed,
-			&xpid, &xapp, &xstate, &xage, &xs, &s.Connections, &s.MaxConnections, head, top); err != nil {
+			&xpid, &xapp, &xstate, &xage, &xs, &s.Connections, &s.MaxConnections, &waits); err != nil {
 			return fmt.Errorf("server statistics: %w", err)
 		}
+		var rows []lockRow
+		if len(waits) > 0 {
+			if err := json.Unmarshal(waits, &rows); err != nil {
+				return fmt.Errorf("lock waits: %w", err)
+			}
+		}
+		locks(rows, s)
 		if live != nil {
 			s.LiveTuples, s.DeadTuples, s.AutovacuumCount = *live, *dead, *autovac
 		}

@@ -10,10 +10,11 @@ import (
 
 // unusedCounter keeps an exact count of UNUSED ids without ever counting the
 // whole pool in one statement (on ten million rows that takes seconds and
-// slows the workers). The id range is cut into fixed chunks; each poll
-// recounts the chunk holding the lowest UNUSED id (where SKIP LOCKED claims
-// in id order take their ids, and where reclaimed ids return) and a few
-// others: first those never counted, then round-robin. Chunks below the
+// slows the workers). The id range is cut into fixed chunks of about a
+// thousand ids. Each poll counts, in one statement, the ids from the lowest
+// UNUSED id to the end of its chunk (where SKIP LOCKED claims in id order take
+// their ids, and where reclaimed ids return), and sweeps a run of following
+// chunks, round-robin, as many as the poll's time allows. Chunks below the
 // lowest UNUSED id hold none by definition. The sum is exact for chunks
 // counted this poll; the others are as old as their last count, and the
 // figure is marked estimated while any is.
@@ -21,16 +22,17 @@ type unusedCounter struct {
 	width  int64 // ids per chunk; 0 until the first poll saw the id range
 	counts map[int64]int64
 	at     map[int64]time.Time
-	cursor int64
+	cursor int64 // next chunk of the sweep
 	head   int64 // chunk of the lowest UNUSED id at the last poll
 	top    int64 // chunk of the highest id at the last poll
-	per    int   // chunks counted per poll beyond the head
+	per    int64 // chunks swept per poll
 	polled bool  // a poll has counted before: deltas are meaningful
 }
 
 const (
-	minChunk  = 8192
-	maxChunks = 4096 // the id range is cut into about this many chunks
+	minChunk  = 1024
+	maxChunks = 16384 // the id range is cut into at most about this many chunks
+	maxSweep  = 256   // chunks swept per poll when polls are cheap
 )
 
 // init learns the id range before the first poll, so that the first poll
@@ -46,55 +48,57 @@ func (u *unusedCounter) init(ctx context.Context, c *Collector) error {
 	return nil
 }
 
-// queue adds the counting query to the poll's batch, planned from what the
-// previous poll saw, and returns the function that totals the counts once
-// the batch has run and the current id range (head, top) is known.
-func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func(head, top *int64) {
+// queue adds the counting statement to the poll's batch and returns the
+// function that totals the counts once the batch has run. The statement
+// finds the id range (lowest UNUSED id, highest id), counts the head chunk
+// from the lowest UNUSED id, and counts the sweep's run of chunks in one
+// range scan of the partial index. The lowest UNUSED id is looked up once per
+// poll: that index scan walks the dead entries claims leave at the head of
+// the partial index until vacuum removes them (every claim pays the same).
+func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func() {
 	if u.counts == nil {
 		u.counts, u.at, u.per = map[int64]int64{}, map[int64]time.Time{}, 8
 	}
-	plan := map[int64]bool{}
-	if u.width > 0 {
-		plan[u.head] = true
-		for k := u.head; k <= u.top && len(plan) < 1+u.per; k++ { // never counted first
-			if _, ok := u.counts[k]; !ok {
-				plan[k] = true
-			}
+	// The sweep: chunks [lo, hi), after the head chunk, wrapping at the top.
+	var lo, hi int64
+	if u.width > 0 && u.top > u.head {
+		if u.cursor <= u.head || u.cursor > u.top {
+			u.cursor = u.head + 1
 		}
-		for n := u.head; n <= u.top && len(plan) < 1+u.per; n++ { // then round-robin
-			if u.cursor < u.head || u.cursor > u.top {
-				u.cursor = u.head
-			}
-			plan[u.cursor] = true
-			u.cursor++
-		}
+		lo, hi = u.cursor, min(u.cursor+u.per, u.top+1)
+		u.cursor = hi
 	}
 	now := s.Time
 	got := map[int64]int64{}
-	ks := make([]int64, 0, len(plan))
-	for k := range plan {
-		ks = append(ks, k)
-	}
-	if len(ks) > 0 {
-		// One statement for every chunk, each counted by a range scan of the
-		// partial index on UNUSED ids.
-		b.Queue(fmt.Sprintf(`
-SELECT r.k, (SELECT count(*) FROM %s WHERE status = 'UNUSED' AND id >= r.k * $2::bigint AND id < (r.k + 1) * $2::bigint)
-FROM unnest($1::bigint[]) AS r(k)`, c.t.qualified), ks, u.width).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var k, n int64
-				if err := rows.Scan(&k, &n); err != nil {
-					return fmt.Errorf("unused ids: %w", err)
-				}
-				got[k] = n
+	var head, top *int64
+	b.Queue(fmt.Sprintf(`
+WITH h AS MATERIALIZED (
+    SELECT (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED') AS head, (SELECT max(id) FROM %[1]s) AS top
+)
+SELECT h.head, h.top, c.k, c.n FROM h LEFT JOIN LATERAL (
+    SELECT h.head / $1::bigint AS k,
+           (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= h.head AND id < (h.head / $1::bigint + 1) * $1::bigint) AS n
+    WHERE $1::bigint > 0 AND h.head IS NOT NULL
+    UNION ALL
+    SELECT id / $1::bigint, count(*) FROM %[1]s
+    WHERE $1::bigint > 0 AND status = 'UNUSED' AND id >= greatest($2::bigint * $1::bigint, (h.head / $1::bigint + 1) * $1::bigint) AND id < $3::bigint * $1::bigint
+    GROUP BY 1
+) AS c ON true`, c.t.qualified), u.width, lo, hi).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var k, n *int64
+			if err := rows.Scan(&head, &top, &k, &n); err != nil {
+				return fmt.Errorf("unused ids: %w", err)
 			}
-			return rows.Err()
-		})
-	}
+			if k != nil && n != nil {
+				got[*k] = *n
+			}
+		}
+		return rows.Err()
+	})
 	t0 := time.Now()
-	return func(head, top *int64) {
-		// Spend more chunks per poll when polls are cheap, fewer when not.
-		if el := time.Since(t0); el < c.cfg.CountBudget && u.per < 64 {
+	return func() {
+		// Sweep more chunks per poll when polls are cheap, fewer when not.
+		if el := time.Since(t0); el < c.cfg.CountBudget && u.per < maxSweep {
 			u.per *= 2
 		} else if el > 2*c.cfg.CountBudget && u.per > 1 {
 			u.per /= 2
@@ -111,6 +115,12 @@ FROM unnest($1::bigint[]) AS r(k)`, c.t.qualified), ks, u.width).Query(func(rows
 		}
 		if u.width == 0 {
 			u.width = max(minChunk, (*top-*head+1)/maxChunks+1)
+		}
+		// Swept chunks the range scan found no UNUSED id in hold none.
+		for k := max(lo, *head/u.width+1); k < hi; k++ {
+			if _, ok := got[k]; !ok {
+				got[k] = 0
+			}
 		}
 		// The change since the previous poll, from what was counted: chunks
 		// recounted now, new chunks above the old top, and chunks that fell
