@@ -69,6 +69,8 @@ type openOptions struct {
 	write bool
 	// migrate: the command creates the schema itself (migrate, the demo).
 	migrate bool
+	// rtt: a simulated network round trip on every exchange (bench --rtt).
+	rtt time.Duration
 }
 
 // open connects to the named server, or starts the embedded one, migrates it
@@ -104,7 +106,7 @@ func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 			return nil, err
 		}
 	}
-	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: d.dsn, Schema: g.schema, AppName: o.appName, MaxConns: o.maxConns})
+	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: d.dsn, Schema: g.schema, AppName: o.appName, MaxConns: o.maxConns, RTT: o.rtt})
 	if err != nil {
 		return nil, err
 	}

@@ -222,6 +222,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 		poolSize            int
 		noPgbench           bool
 		maxConns, batch     int
+		rtt                 time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -232,7 +233,14 @@ per second and claim latency. "batched" claims --batch ids per statement and
 commits as many fenced effects per statement (--batch), each row still checked on its own
 token. When pgbench is installed, it runs the same single-row cycle SQL at
 the same concurrency as the ceiling. The last lines give the SKIP LOCKED /
-blocking ratio per worker count.`,
+blocking ratio per worker count.
+
+--rtt adds a simulated network round trip to every exchange with the server,
+for pooltop's workers and pgbench alike. On loopback a round trip costs tens
+of microseconds, so a blocking transaction holds its row lock for about a
+millisecond; across a network each of its round trips adds to that time (seed
+001 reckons ~5 ms), and the waiting line behind the lock grows with it.
+Go's timers overshoot by about 0.1 ms, so 1ms is about 1.1 ms per exchange.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			var modes []workload.BenchMode
@@ -254,6 +262,11 @@ blocking ratio per worker count.`,
 			if duration < time.Second || warmup < 0 {
 				return usageError{fmt.Errorf("--duration %v: at least 1s; --warmup %v: not negative", duration, warmup)}
 			}
+			if rtt != 0 && (rtt < time.Millisecond || rtt > time.Second) {
+				// Go's timers sleep at least about a millisecond here: a shorter
+				// delay would be a millisecond anyway, under another name.
+				return usageError{fmt.Errorf("--rtt %v: 0, or between 1ms and 1s (e.g. 1ms, 2ms)", rtt)}
+			}
 			if err := scratchSchema(g, cmd, "bench"); err != nil {
 				return err
 			}
@@ -272,7 +285,7 @@ blocking ratio per worker count.`,
 					modes[i].Batch = batch
 				}
 			}
-			d, err := g.open(ctx, openOptions{appName: "pooltop-bench", maxConns: int32(min(maxW, maxConns)), write: true, migrate: true})
+			d, err := g.open(ctx, openOptions{appName: "pooltop-bench", maxConns: int32(min(maxW, maxConns)), write: true, migrate: true, rtt: rtt})
 			if err != nil {
 				return err
 			}
@@ -287,6 +300,7 @@ blocking ratio per worker count.`,
 					if err != nil {
 						return err
 					}
+					r.RTTMS = float64(rtt.Microseconds()) / 1000
 					fmt.Fprintf(g.stderr, "bench: %-11s %3d workers %8.0f acquires/s p99 %.1f ms\n", r.Strategy, n, r.AcquiresPerS, r.P99MS)
 					results = append(results, r)
 				}
@@ -294,7 +308,7 @@ blocking ratio per worker count.`,
 					if err := freshPool(ctx, d, poolSize); err != nil {
 						return err
 					}
-					r, err := pgbenchCycle(ctx, g, d, n, duration)
+					r, err := pgbenchCycle(ctx, g, d, n, duration, rtt)
 					if err != nil {
 						fmt.Fprintf(g.stderr, "bench: pgbench skipped: %v\n", oneLine(err.Error()))
 						noPgbench = true
@@ -307,7 +321,7 @@ blocking ratio per worker count.`,
 			if g.jsonOut {
 				return writeJSON(g.stdout, results)
 			}
-			printBench(g, results, counts)
+			printBench(g, results, counts, rtt)
 			return nil
 		},
 	}
@@ -320,23 +334,23 @@ blocking ratio per worker count.`,
 	f.BoolVar(&noPgbench, "no-pgbench", false, "do not run pgbench as the ceiling")
 	f.IntVar(&maxConns, "max-conns", 16, "connections the workers share: more workers queue in Go, not in PostgreSQL")
 	f.IntVar(&batch, "batch", 1000, "ids per claim and per commit in the batched mode")
+	f.DurationVar(&rtt, "rtt", 0, "simulated network round trip added to every exchange with the server (e.g. 1ms)")
 	f.BoolVar(&g.jsonOut, "json", false, "print JSON")
 	return cmd
 }
 
 // pgbenchCycle runs the single-row claim and fenced commit through pgbench.
-func pgbenchCycle(ctx context.Context, g *globals, d *database, workers int, dur time.Duration) (workload.BenchResult, error) {
-	script := pgbench.Literal(engine.ClaimSQL(1), "'pgbench'", "60000000") + "\n\\gset\n" +
-		pgbench.Literal(engine.CommitSQL, ":id", ":lease_token", "gen_random_uuid()::text", "'pgbench'", "''") + ";\n"
+func pgbenchCycle(ctx context.Context, g *globals, d *database, workers int, dur, rtt time.Duration) (workload.BenchResult, error) {
+	script := pgbench.CycleScript(time.Minute, rtt)
 	res, err := pgbench.Run(ctx, pgbench.Options{DSN: d.dsn, Schema: g.schema, Script: script, Clients: workers, Duration: dur, Latency: true})
 	if err != nil {
 		return workload.BenchResult{}, errors.New(g.redact(err.Error()))
 	}
 	return workload.BenchResult{Strategy: "pgbench", Workers: workers, AcquiresPerS: res.TPS, CyclesPerS: res.TPS,
-		P50MS: res.P50MS, P99MS: res.P99MS, Errors: res.Failed}, nil
+		P50MS: res.P50MS, P99MS: res.P99MS, Errors: res.Failed, RTTMS: float64(rtt.Microseconds()) / 1000}, nil
 }
 
-func printBench(g *globals, rs []workload.BenchResult, counts []int) {
+func printBench(g *globals, rs []workload.BenchResult, counts []int, rtt time.Duration) {
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "strategy\tworkers\tacquires/s\tcommits/s\tp50 ms\tp99 ms\terrors\tconflicts\t")
 	for _, r := range rs {
@@ -350,6 +364,11 @@ func printBench(g *globals, rs []workload.BenchResult, counts []int) {
 			}
 		}
 		return 0
+	}
+	if rtt > 0 {
+		fmt.Fprintf(g.stdout, "every exchange with the server delayed by a simulated network round trip of %v (--rtt)\n", rtt)
+	} else {
+		fmt.Fprintln(g.stdout, "no network between client and server (add one with --rtt 1ms: blocking holds its lock across its round trips)")
 	}
 	for _, n := range counts {
 		sk, bl := find("skip-locked", n), find("blocking", n)

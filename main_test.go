@@ -142,6 +142,8 @@ func TestExitCodesAndBadInput(t *testing.T) {
 		{[]string{"seed", "--count", "0"}, exitUsage, "--count 0"},
 		{[]string{"watch", "--headless", "--interval", "1ms"}, exitUsage, "--interval 1ms: between 250ms and 1m0s"},
 		{[]string{"--headless", "--interval", "2m"}, exitUsage, "--interval 2m0s: between 250ms and 1m0s"},
+		{[]string{"bench", "--rtt", "-1ms"}, exitUsage, "--rtt -1ms: 0, or between 1ms and 1s"},
+		{[]string{"bench", "--rtt", "500us"}, exitUsage, "--rtt 500µs: 0, or between 1ms and 1s"},
 	}
 	for _, c := range cases {
 		r := pooltop(t, append(c.args, db...)...)

@@ -85,6 +85,25 @@ func TestVerifyFindsViolations(t *testing.T) {
 	}
 }
 
+// --rtt delays every exchange of pooltop's workers and of pgbench alike: a
+// cycle (claim, commit) is at least two exchanges, so with 20 ms per
+// exchange one worker cannot pass 25 cycles a second.
+func TestBenchSimulatedRoundTrip(t *testing.T) {
+	t.Parallel()
+	db := []string{"--dsn", pgtest.DSN(), "--schema", scratch(t)}
+	r := pooltop(t, append([]string{"bench", "--strategies", "skip-locked", "--workers", "1", "--rtt", "20ms",
+		"--duration", "1s", "--warmup", "0s", "--pool-size", "1000", "--json"}, db...)...).must(t)
+	rs := decode[[]workload.BenchResult](t, r.stdout)
+	if len(rs) != 2 {
+		t.Fatalf("want skip-locked and pgbench, got %+v", rs)
+	}
+	for _, x := range rs {
+		if x.RTTMS != 20 || x.AcquiresPerS <= 0 || x.AcquiresPerS > 25 || x.P50MS < 20 {
+			t.Errorf("%s with a 20 ms round trip: %+v", x.Strategy, x)
+		}
+	}
+}
+
 func TestBenchCommand(t *testing.T) {
 	t.Parallel()
 	db := []string{"--dsn", pgtest.DSN(), "--schema", scratch(t)}

@@ -101,8 +101,7 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 	var rate func(d time.Duration, poll bool) float64
 	var background func(d time.Duration) (stop func())
 	if os.Getenv("POOLTOP_BENCH_LOAD") == "pgbench" {
-		script := pgbench.Literal(engine.ClaimSQL(1), "'pgbench'", "60000000") + "\n\\gset\n" +
-			pgbench.Literal(engine.CommitSQL, ":id", ":lease_token", "gen_random_uuid()::text", "'pgbench'", "''") + ";\n"
+		script := pgbench.CycleScript(time.Minute, 0)
 		run := func(d time.Duration) float64 {
 			res, err := pgbench.Run(ctx, pgbench.Options{DSN: pgtest.DSN(), Schema: schema, Script: script, Clients: 16, Duration: d})
 			if err != nil {

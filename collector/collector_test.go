@@ -292,13 +292,26 @@ func TestSeedOnlyTableInAnotherSchemaWithMinimalRole(t *testing.T) {
 	b := setup(t, 0)
 	ops := pgtest.Schema(t)
 	q := pgx.Identifier{ops}.Sanitize()
-	b.exec(t, `CREATE TABLE `+q+`.resource_pool (
+	// Built on a connection of its own, closed at once: before PostgreSQL 15
+	// a backend sends its table statistics when it goes idle at most every
+	// 500 ms, or when it exits, and an idle one would keep them to itself.
+	setupConn, err := pgx.Connect(b.ctx, pgtest.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = setupConn.Exec(b.ctx, `CREATE TABLE `+q+`.resource_pool (
 		id BIGSERIAL PRIMARY KEY, identifier VARCHAR(255) UNIQUE NOT NULL, status VARCHAR(20) DEFAULT 'UNUSED',
 		leased_until TIMESTAMPTZ, lease_token BIGINT DEFAULT 0, updated_at TIMESTAMPTZ DEFAULT NOW());
 		CREATE INDEX ON `+q+`.resource_pool (id) WHERE status = 'UNUSED';
 		INSERT INTO `+q+`.resource_pool (identifier) SELECT 'x' || g FROM generate_series(1, 300) g;
 		UPDATE `+q+`.resource_pool SET status = 'PENDING' WHERE id <= 30;
 		ANALYZE `+q+`.resource_pool`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setupConn.Close(b.ctx); err != nil {
+		t.Fatal(err)
+	}
 	role := "watcher_" + strings.TrimPrefix(ops, "t_")
 	role = role[:min(len(role), 60)]
 	rq := pgx.Identifier{role}.Sanitize()

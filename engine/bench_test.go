@@ -134,8 +134,7 @@ func BenchmarkCycle(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("workers=%d/pgbench", workers), func(b *testing.B) {
 			p.prepare(b, b.N)
-			script := pgbench.Literal(engine.ClaimSQL(1), "'pgbench'", "3600000000") + "\n\\gset\n" +
-				pgbench.Literal(engine.CommitSQL, ":id", ":lease_token", "gen_random_uuid()::text", "'pgbench'", "''") + ";\n"
+			script := pgbench.CycleScript(time.Hour, 0)
 			runPgbench(b, p.schema, script, workers, 1)
 		})
 	}

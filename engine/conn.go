@@ -25,6 +25,10 @@ type ConnOptions struct {
 	MaxConns         int32         // pool size; default 16
 	LockTimeout      time.Duration // lock_timeout; default 2s (a claim never waits, but DDL and the blocking strategy may)
 	StatementTimeout time.Duration // statement_timeout; default 30s
+	// RTT, when set, delays every message the client sends by this long: a
+	// simulated network round trip between client and server, for
+	// benchmarks on loopback (where a round trip costs tens of microseconds).
+	RTT time.Duration
 }
 
 var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
@@ -71,7 +75,31 @@ func PoolConfig(opts ConnOptions) (*pgxpool.Config, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
+	if opts.RTT > 0 {
+		dial, rtt := cfg.ConnConfig.DialFunc, opts.RTT
+		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &delayedConn{Conn: c, rtt: rtt}, nil
+		}
+	}
 	return cfg, nil
+}
+
+// delayedConn holds each write back by rtt before it leaves, as if the
+// request and its answer each crossed half of a network round trip. pgx
+// writes each protocol exchange (a query, a pipelined batch) at once, so
+// each exchange pays one rtt, like on a real network.
+type delayedConn struct {
+	net.Conn
+	rtt time.Duration
+}
+
+func (c *delayedConn) Write(b []byte) (int, error) {
+	time.Sleep(c.rtt)
+	return c.Conn.Write(b)
 }
 
 // Connect opens a pool and checks that the server answers, turning the usual

@@ -31,10 +31,19 @@ CREATE INDEX IF NOT EXISTS idx_resource_pending_expiry ON resource_pool (leased_
 ALTER TABLE resource_pool SET (
     autovacuum_vacuum_scale_factor = 0.02,
     autovacuum_vacuum_threshold = 1000,
-    autovacuum_vacuum_insert_scale_factor = 0.05,
     autovacuum_analyze_scale_factor = 0.05,
     autovacuum_vacuum_cost_delay = 0
 );
+-- Inserts (a refill) trigger a vacuum too, from PostgreSQL 13 on.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF current_setting('server_version_num')::int >= 130000 THEN
+        ALTER TABLE resource_pool SET (autovacuum_vacuum_insert_scale_factor = 0.05);
+    END IF;
+END
+$$;
+-- +goose StatementEnd
 
 -- The system of record: one row per accepted effect. The fence is enforced by
 -- the statement that writes here (see engine.Commit), request_id is the

@@ -46,6 +46,7 @@ type BenchResult struct {
 	Errors       int64   `json:"errors"`
 	Conflicts    int64   `json:"conflicts,omitempty"`
 	EmptyPool    int64   `json:"empty_pool,omitempty"`
+	RTTMS        float64 `json:"rtt_ms"` // simulated network round trip per exchange (bench --rtt); 0 on loopback as is
 }
 
 // BenchRun measures one mode at one worker count: a full acquire → commit

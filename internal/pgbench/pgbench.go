@@ -15,8 +15,23 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgembed"
 )
+
+// CycleScript is the engine's single-row cycle as a pgbench script: the
+// claim (a lease of ttl) and the fenced commit, the same SQL pooltop runs.
+// With delay, each statement waits that long before it is sent, as pooltop's
+// own connections do under bench --rtt. The request id is made of random()
+// and the clock, since gen_random_uuid() is built in only from PostgreSQL 13.
+func CycleScript(ttl, delay time.Duration) string {
+	sleep := ""
+	if delay > 0 {
+		sleep = fmt.Sprintf("\\sleep %d us\n", delay.Microseconds())
+	}
+	return sleep + Literal(engine.ClaimSQL(1), "'pgbench'", strconv.FormatInt(ttl.Microseconds(), 10)) + "\n\\gset\n" +
+		sleep + Literal(engine.CommitSQL, ":id", ":lease_token", "md5(random()::text || clock_timestamp()::text)", "'pgbench'", "''") + ";\n"
+}
 
 // Options describe one pgbench run.
 type Options struct {
