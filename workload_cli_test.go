@@ -108,7 +108,7 @@ func TestBenchCommand(t *testing.T) {
 	t.Parallel()
 	db := []string{"--dsn", pgtest.DSN(), "--schema", scratch(t)}
 	r := pooltop(t, append([]string{"bench", "--strategies", "skip-locked,blocking,batched", "--workers", "2",
-		"--duration", "1s", "--warmup", "0s", "--pool-size", "20000", "--json"}, db...)...).must(t)
+		"--duration", "2s", "--warmup", "0s", "--pool-size", "60000", "--json"}, db...)...).must(t)
 	rs := decode[[]workload.BenchResult](t, r.stdout)
 	got := map[string]workload.BenchResult{}
 	for _, x := range rs {
