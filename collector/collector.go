@@ -333,7 +333,9 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	}
 	b := &pgx.Batch{}
 	c.queueServer(b, &s)
-	c.queuePending(b, &s)
+	if !c.exactPending() {
+		c.queuePendingEstimate(b, &s)
+	}
 	finish := c.unused.queue(b, c, &s)
 	if err := c.pool.SendBatch(ctx, b).Close(); err != nil {
 		return s, fmt.Errorf("poll: %w", err)
@@ -355,53 +357,39 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	return s, nil
 }
 
-func (c *Collector) queuePending(b *pgx.Batch, s *Snapshot) {
-	if c.t.pendingIndex == "" || !c.t.hasLeased || !c.t.hasUpdated {
-		// Without an index on PENDING rows an exact count scans the table:
-		// use the planner's statistics instead (as of the last ANALYZE).
-		b.Queue(`
+// exactPending says whether PENDING rows can be counted exactly: through a
+// partial index on them, with the lease columns the figures need.
+func (c *Collector) exactPending() bool {
+	return c.t.pendingIndex != "" && c.t.hasLeased && c.t.hasUpdated
+}
+
+// queuePendingEstimate reads PENDING from the planner's statistics, for a
+// table without the partial index on PENDING rows (the exact figures are
+// read with the UNUSED counts, see unusedCounter.queue).
+func (c *Collector) queuePendingEstimate(b *pgx.Batch, s *Snapshot) {
+	// Without an index on PENDING rows an exact count scans the table:
+	// use the planner's statistics instead (as of the last ANALYZE).
+	b.Queue(`
 SELECT coalesce(most_common_vals::text::text[], '{}'), coalesce(most_common_freqs, '{}'),
        (SELECT coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = $3)
 FROM pg_stats WHERE schemaname = $1 AND tablename = $2 AND attname = 'status'`, c.t.schema, c.t.name, c.t.oid).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var vals []string
-				var freqs []float32
-				var live int64
-				if err := rows.Scan(&vals, &freqs, &live); err != nil {
-					return fmt.Errorf("status statistics: %w", err)
-				}
-				for i, v := range vals {
-					if v == "PENDING" && i < len(freqs) {
-						s.Pool.Pending = int64(math.Round(float64(freqs[i]) * float64(live)))
-					}
+		for rows.Next() {
+			var vals []string
+			var freqs []float32
+			var live int64
+			if err := rows.Scan(&vals, &freqs, &live); err != nil {
+				return fmt.Errorf("status statistics: %w", err)
+			}
+			for i, v := range vals {
+				if v == "PENDING" && i < len(freqs) {
+					s.Pool.Pending = int64(math.Round(float64(freqs[i]) * float64(live)))
 				}
 			}
-			return rows.Err()
-		})
-		s.Pool.Estimated = append(s.Pool.Estimated, "pending", "expired", "stuck")
-		s.Limits = append(s.Limits, "no partial index on PENDING rows: pending, expired and stuck are estimates from the last ANALYZE")
-		return
-	}
-	b.Queue(fmt.Sprintf(`
-SELECT count(*),
-       count(*) FILTER (WHERE leased_until < now()),
-       count(*) FILTER (WHERE leased_until < now() - $1::bigint * interval '1 microsecond'),
-       count(*) FILTER (WHERE updated_at < now() - $2::bigint * interval '1 microsecond'),
-       extract(epoch FROM now() - min(updated_at))::float8
-FROM (SELECT leased_until, updated_at FROM %s WHERE status = 'PENDING' LIMIT %d) p`, c.t.qualified, c.cfg.PendingCap+1),
-		c.cfg.Alerts.ExpiredAfter.Microseconds(), c.cfg.StuckAfter.Microseconds()).QueryRow(func(row pgx.Row) error {
-		var n int64
-		if err := row.Scan(&n, &s.Pool.Expired, &s.Pool.ExpiredOld, &s.Pool.Stuck, &s.Pool.OldestPendingS); err != nil {
-			return fmt.Errorf("pending leases: %w", err)
 		}
-		if n > int64(c.cfg.PendingCap) {
-			s.Pool.PendingCapped = true
-			s.Pool.Estimated = append(s.Pool.Estimated, "pending")
-			n = int64(c.cfg.PendingCap)
-		}
-		s.Pool.Pending = n
-		return nil
+		return rows.Err()
 	})
+	s.Pool.Estimated = append(s.Pool.Estimated, "pending", "expired", "stuck")
+	s.Limits = append(s.Limits, "no partial index on PENDING rows: pending, expired and stuck are estimates from the last ANALYZE")
 }
 
 // lockRow is one session touching the pool or ledger, as the poll's JSON
@@ -461,7 +449,8 @@ func locks(rows []lockRow, s *Snapshot) {
 }
 
 // queueServer reads the table statistics, a running vacuum, the session
-// holding back the xmin horizon and the connection count in one statement.
+// holding back the xmin horizon, the connection count and the lock waits in
+// one statement.
 func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
 	rels := []uint32{c.t.oid}
 	if c.t.ledgerOID != 0 {

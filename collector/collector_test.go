@@ -145,6 +145,45 @@ func TestRollingUnusedCountConverges(t *testing.T) {
 	}
 }
 
+// The lowest UNUSED id is looked for from a floor (the lower of the lowest
+// UNUSED and lowest PENDING id of the previous poll): leases released below
+// the head are counted at the next poll, and ids put back by hand below the
+// floor, which the lease protocol never does, at the next re-anchoring.
+func TestUnusedHeadFloor(t *testing.T) {
+	b := setup(t, 5000)
+	b.exec(t, `UPDATE resource_pool SET status = 'CONSUMED' WHERE id <= 300`)
+	c := b.collector(t, collector.Config{})
+	pollUntil(t, c, "an exact count", func(s collector.Snapshot) bool { return s.Pool.Unused == 4700 })
+	ls, err := b.eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{Holder: "t", TTL: time.Minute, N: 100})
+	if err != nil || len(ls) != 100 || ls[0].ID != 301 {
+		t.Fatalf("acquire: %d leases from id %v, %v", len(ls), ls, err)
+	}
+	poll := func(want int64, when string) {
+		t.Helper()
+		s, err := c.Poll(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Pool.Unused != want {
+			t.Fatalf("%s: unused %d, want %d", when, s.Pool.Unused, want)
+		}
+	}
+	poll(4600, "ids 301-400 leased") // floor: 301, the lowest PENDING id
+	// Released leases return below the lowest UNUSED id (401).
+	for _, l := range ls[:50] {
+		if _, err := b.eng.LeaseRelease(b.ctx, &engine.LeaseReleaseParams{ID: l.ID, Token: l.Token}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll(4650, "50 leases released")
+	// By hand, CONSUMED ids become UNUSED below the floor: not seen until the
+	// scan starts from the beginning again.
+	b.exec(t, `UPDATE resource_pool SET status = 'UNUSED' WHERE id > 100 AND id <= 120`)
+	poll(4650, "20 ids put back by hand, before re-anchoring")
+	collector.SetReanchor(c, time.Nanosecond)
+	poll(4670, "20 ids put back by hand, after re-anchoring")
+}
+
 func TestLockWaitsAndBlockingTree(t *testing.T) {
 	b := setup(t, 10)
 	holder := pgtest.Conn(t, b.schema)

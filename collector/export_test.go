@@ -1,0 +1,7 @@
+package collector
+
+import "time"
+
+// SetReanchor changes how often c looks for the lowest UNUSED id from the
+// start of the index, for a test.
+func SetReanchor(c *Collector, d time.Duration) { c.unused.reanchor = d }
