@@ -156,7 +156,8 @@ func latency(h *hdrhistogram.Histogram) Latency {
 // until Reset; readers compute rates from two snapshots.
 type Snapshot struct {
 	Time                time.Time        `json:"time"`
-	Workers             int              `json:"workers"` // workers running now
+	Workers             int              `json:"workers"`  // workers running now
+	Stopping            int              `json:"stopping"` // workers told to stop, finishing their cycle
 	AcquireCalls        int64            `json:"acquire_calls"`
 	Acquired            int64            `json:"acquired"`
 	Committed           int64            `json:"committed"`

@@ -38,6 +38,7 @@ type Workload struct {
 
 	mu       sync.Mutex // guards what follows; never taken on a worker's hot path
 	workers  []*worker  // running, in start order
+	leaving  []*worker  // told to stop, finishing their cycle; counted until they exit
 	retired  *totals    // figures of workers that ended
 	orphans  map[int64]Orphan
 	nextID   int
@@ -179,6 +180,7 @@ func (w *Workload) reconcile(ctx, dbCtx context.Context) {
 	for len(w.workers) > cfg.Workers {
 		last := w.workers[len(w.workers)-1]
 		w.workers = w.workers[:len(w.workers)-1]
+		w.leaving = append(w.leaving, last)
 		last.quit() // it finishes or releases, then reports on exited
 	}
 	limit := rate.Inf
@@ -204,12 +206,17 @@ func (w *Workload) retire(wk *worker) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	wk.shard.mergeInto(w.retired)
-	for i, other := range w.workers {
+	w.workers = without(w.workers, wk)
+	w.leaving = without(w.leaving, wk)
+}
+
+func without(ws []*worker, wk *worker) []*worker {
+	for i, other := range ws {
 		if other == wk {
-			w.workers = append(w.workers[:i], w.workers[i+1:]...)
-			break
+			return append(ws[:i], ws[i+1:]...)
 		}
 	}
+	return ws
 }
 
 func (w *Workload) drainExited() {
@@ -283,11 +290,8 @@ func (w *Workload) Snapshot() Snapshot {
 	t.acquire.Merge(w.retired.acquire)
 	t.cycle.Merge(w.retired.cycle)
 	t.c, t.errs = w.retired.c, w.retired.errs
-	shards := make([]*shard, len(w.workers))
-	for i, wk := range w.workers {
-		shards[i] = wk.shard
-	}
-	running := len(w.workers)
+	shards := w.shardsLocked()
+	running, stopping := len(w.workers), len(w.leaving)
 	dead := len(w.orphans)
 	base := w.base
 	w.mu.Unlock()
@@ -296,7 +300,7 @@ func (w *Workload) Snapshot() Snapshot {
 	}
 	rs := w.reaper.Stats()
 	s := Snapshot{
-		Time: time.Now(), Workers: running,
+		Time: time.Now(), Workers: running, Stopping: stopping,
 		AcquireCalls: t.c[cAcquireCalls], Acquired: t.c[cAcquired], Committed: t.c[cCommitted],
 		Released: t.c[cReleased], Renewed: t.c[cRenewed], FencedRejections: t.c[cFenced],
 		DoubleFinalizations: t.c[cDouble], Crashes: t.c[cCrashes], Pauses: t.c[cPauses],
@@ -320,10 +324,7 @@ func (w *Workload) Reset() {
 	w.base = s.plus(b)
 	w.retired.acquire.Reset()
 	w.retired.cycle.Reset()
-	shards := make([]*shard, len(w.workers))
-	for i, wk := range w.workers {
-		shards[i] = wk.shard
-	}
+	shards := w.shardsLocked()
 	w.mu.Unlock()
 	for _, sh := range shards {
 		sh.mu.Lock()
@@ -331,6 +332,20 @@ func (w *Workload) Reset() {
 		sh.cycle.Reset()
 		sh.mu.Unlock()
 	}
+}
+
+// shardsLocked lists the shards of the running workers and of those still
+// finishing their cycle: a worker told to stop keeps counting until it exits
+// and its figures move to the retired totals. The caller holds w.mu.
+func (w *Workload) shardsLocked() []*shard {
+	shards := make([]*shard, 0, len(w.workers)+len(w.leaving))
+	for _, wk := range w.workers {
+		shards = append(shards, wk.shard)
+	}
+	for _, wk := range w.leaving {
+		shards = append(shards, wk.shard)
+	}
+	return shards
 }
 
 func (s Snapshot) minus(b Snapshot) Snapshot {

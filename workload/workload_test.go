@@ -116,15 +116,28 @@ func TestStrategyAndFencingKnobsApplyWithinACycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, "optimistic conflicts", 20*time.Second, func() bool { return wl.Snapshot().Conflicts > 0 })
-	cfg.Strategy, cfg.Lease = engine.SkipLocked, false
+	// Reset, with no worker running so that nothing counts meanwhile:
+	// every counter starts again from zero. Workers told to stop go on
+	// counting until they exit: the counters never dip on the way.
+	running := wl.Snapshot()
+	cfg.Workers = 0
 	if err := wl.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
+	poll(t, "workers stopped", 10*time.Second, func() bool { s := wl.Snapshot(); return s.Workers == 0 && s.Stopping == 0 })
 	before := wl.Snapshot()
+	if before.Committed < running.Committed || before.AcquireCalls < running.AcquireCalls {
+		t.Fatalf("counters dipped as workers stopped: %d commits, %d acquire calls while running, %d and %d after",
+			running.Committed, running.AcquireCalls, before.Committed, before.AcquireCalls)
+	}
 	wl.Reset()
-	if s := wl.Snapshot(); s.Committed >= before.Committed || s.Conflicts >= before.Conflicts {
+	if s := wl.Snapshot(); before.Committed == 0 || before.Conflicts == 0 || s.Committed != 0 || s.Conflicts != 0 {
 		t.Fatalf("reset did not restart the counters: %d commits and %d conflicts before, %d and %d after",
 			before.Committed, before.Conflicts, s.Committed, s.Conflicts)
+	}
+	cfg.Strategy, cfg.Lease, cfg.Workers = engine.SkipLocked, false, 8
+	if err := wl.SetConfig(cfg); err != nil {
+		t.Fatal(err)
 	}
 	poll(t, "commits without leases", 10*time.Second, func() bool { return wl.Snapshot().Committed > 50 })
 	wl.Stop()
