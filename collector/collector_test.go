@@ -184,6 +184,34 @@ func TestUnusedHeadFloor(t *testing.T) {
 	poll(4670, "20 ids put back by hand, after re-anchoring")
 }
 
+// The sweep covers the whole id range even while the head moves faster than
+// it, and the count stays exact: the upper half of this pool is sparser than
+// the lower, so taking the chunks never counted as dense as the others
+// would be off (22,270 for 22,000 when the sweep followed the head).
+func TestSweepCoversARangeTheHeadRunsThrough(t *testing.T) {
+	b := setup(t, 60000)
+	b.exec(t, `UPDATE resource_pool SET status = 'CONSUMED' WHERE id > 30000 AND id % 3 = 0`)
+	c := b.collector(t, collector.Config{CountBudget: time.Nanosecond}) // one chunk swept per poll
+	var s collector.Snapshot
+	var want int64
+	for i := 0; i < 35; i++ {
+		// The head moves about a chunk a poll (800 of 1,024 ids), faster than
+		// the sweep could follow it upwards; after 35 polls it is still in the
+		// dense lower half.
+		b.exec(t, `UPDATE resource_pool SET status = 'CONSUMED' WHERE id IN (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 800)`)
+		var err error
+		if s, err = c.Poll(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.conn.QueryRow(b.ctx, `SELECT count(*) FROM resource_pool WHERE status = 'UNUSED'`).Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Pool.Unused != want {
+		t.Fatalf("after 35 polls with the head moving 800 ids a poll: unused %d, want %d", s.Pool.Unused, want)
+	}
+}
+
 func TestLockWaitsAndBlockingTree(t *testing.T) {
 	b := setup(t, 10)
 	holder := pgtest.Conn(t, b.schema)

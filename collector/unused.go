@@ -14,8 +14,9 @@ import (
 // slows the workers). The id range is cut into fixed chunks of about a
 // thousand ids. Each poll counts, in one statement, the ids from the lowest
 // UNUSED id to the end of its chunk (where SKIP LOCKED claims in id order take
-// their ids, and where reclaimed ids return), and sweeps a run of following
-// chunks, round-robin, as many as the poll's time allows. Chunks below the
+// their ids, and where reclaimed ids return), the chunks the head may reach
+// by the next poll if they were never counted, and a run of chunks swept down
+// from the top, as many as the poll's time allows. Chunks below the
 // lowest UNUSED id hold none by definition. The sum is exact for chunks
 // counted this poll; the others are as old as their last count, and the
 // figure is marked estimated while any is.
@@ -23,7 +24,8 @@ type unusedCounter struct {
 	width  int64 // ids per chunk; 0 until the first poll saw the id range
 	counts map[int64]int64
 	at     map[int64]time.Time
-	cursor int64 // next chunk of the sweep
+	cursor int64 // next chunk of the sweep, which runs down from the top
+	moved  int64 // chunks the head moved at the last poll
 	head   int64 // chunk of the lowest UNUSED id at the last poll
 	top    int64 // chunk of the highest id at the last poll
 	per    int64 // chunks swept per poll
@@ -62,9 +64,9 @@ func (u *unusedCounter) init(ctx context.Context, c *Collector) error {
 // queue adds the counting statement to the poll's batch and returns the
 // function that totals the counts once the batch has run. In one snapshot the
 // statement finds the id range (lowest UNUSED id, highest id), counts the
-// head chunk from the lowest UNUSED id, counts the sweep's run of chunks in
-// one range scan of the partial index, and, when the table has the partial
-// index on PENDING rows, reads the PENDING figures.
+// head chunk from the lowest UNUSED id, counts the lookahead and the sweep's
+// run of chunks in a range scan of the partial index each, and, when the
+// table has the partial index on PENDING rows, reads the PENDING figures.
 //
 // The lowest UNUSED id is looked for from a floor: the index scan from the
 // start would walk every dead entry that claims leave at the head of the
@@ -79,14 +81,24 @@ func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func() {
 	if u.counts == nil {
 		u.counts, u.at, u.per = map[int64]int64{}, map[int64]time.Time{}, 8
 	}
-	// The sweep: chunks [lo, hi), after the head chunk, wrapping at the top.
-	var lo, hi int64
+	// The lookahead: the chunks the head may enter before the next poll,
+	// when one of them was never counted (the change in UNUSED is computed
+	// from each chunk's previous count). The sweep: chunks [lo, hi), running
+	// down from the top to the head, then again from the top, so that the
+	// whole range is counted however fast the head moves.
+	var lo, hi, look int64
 	if u.width > 0 && u.top > u.head {
-		if u.cursor <= u.head || u.cursor > u.top {
-			u.cursor = u.head + 1
+		for k := u.head + 1; k <= min(u.head+u.moved+1, u.top); k++ {
+			if _, ok := u.counts[k]; !ok {
+				look = u.moved + 1
+				break
+			}
 		}
-		lo, hi = u.cursor, min(u.cursor+u.per, u.top+1)
-		u.cursor = hi
+		if u.cursor <= u.head || u.cursor > u.top {
+			u.cursor = u.top
+		}
+		lo, hi = max(u.cursor-u.per+1, u.head+1), u.cursor+1
+		u.cursor = lo - 1
 	}
 	now := s.Time
 	floor := int64(math.MinInt64)
@@ -101,12 +113,12 @@ func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func() {
 	pending := c.exactPending()
 	pendingCTE := `SELECT NULL::bigint AS n, NULL::bigint AS expired, NULL::bigint AS expired_old, NULL::bigint AS stuck,
            NULL::float8 AS oldest, NULL::bigint AS low`
-	args := []any{u.width, lo, hi, floor}
+	args := []any{u.width, lo, hi, floor, look}
 	if pending {
 		pendingCTE = fmt.Sprintf(`SELECT count(*) AS n,
            count(*) FILTER (WHERE leased_until < now()) AS expired,
-           count(*) FILTER (WHERE leased_until < now() - $5::bigint * interval '1 microsecond') AS expired_old,
-           count(*) FILTER (WHERE updated_at < now() - $6::bigint * interval '1 microsecond') AS stuck,
+           count(*) FILTER (WHERE leased_until < now() - $6::bigint * interval '1 microsecond') AS expired_old,
+           count(*) FILTER (WHERE updated_at < now() - $7::bigint * interval '1 microsecond') AS stuck,
            extract(epoch FROM now() - min(updated_at))::float8 AS oldest,
            min(id) AS low
     FROM (SELECT id, leased_until, updated_at FROM %s WHERE status = 'PENDING' LIMIT %d) AS x`, c.t.qualified, c.cfg.PendingCap+1)
@@ -130,6 +142,10 @@ FROM h CROSS JOIN p LEFT JOIN LATERAL (
     UNION ALL
     SELECT id / $1::bigint, count(*) FROM %[1]s
     WHERE $1::bigint > 0 AND status = 'UNUSED' AND id >= greatest($2::bigint * $1::bigint, (h.head / $1::bigint + 1) * $1::bigint) AND id < $3::bigint * $1::bigint
+    GROUP BY 1
+    UNION ALL
+    SELECT id / $1::bigint, count(*) FROM %[1]s
+    WHERE $1::bigint > 0 AND status = 'UNUSED' AND id >= (h.head / $1::bigint + 1) * $1::bigint AND id < (h.head / $1::bigint + 1 + $5::bigint) * $1::bigint
     GROUP BY 1
 ) AS c ON true`, c.t.qualified, pendingCTE), args...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -182,8 +198,15 @@ FROM h CROSS JOIN p LEFT JOIN LATERAL (
 		if u.width == 0 {
 			u.width = max(minChunk, (*top-*head+1)/maxChunks+1)
 		}
-		// Swept chunks the range scan found no UNUSED id in hold none.
-		for k := max(lo, *head/u.width+1); k < hi; k++ {
+		// Swept and looked-ahead chunks the range scans found no UNUSED id
+		// in hold none.
+		hc := *head / u.width
+		for k := max(lo, hc+1); k < hi; k++ {
+			if _, ok := got[k]; !ok {
+				got[k] = 0
+			}
+		}
+		for k := hc + 1; k <= hc+look; k++ {
 			if _, ok := got[k]; !ok {
 				got[k] = 0
 			}
@@ -203,6 +226,7 @@ FROM h CROSS JOIN p LEFT JOIN LATERAL (
 			u.counts[k], u.at[k] = n, now
 		}
 		h, t := *head/u.width, *top/u.width
+		u.moved = max(0, h-u.head)
 		u.head, u.top = h, t
 		for k, old := range u.counts {
 			if k < h || k > t {
