@@ -182,6 +182,10 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	// Plan each statement once: custom plans of these catalog and statistics
 	// joins cost more to plan at every bind than they take to run.
 	rp["plan_cache_mode"] = "force_generic_plan"
+	// Never compile these small statements: a plan whose estimated cost
+	// passes jit_above_cost (a generic plan's estimates are rough) would
+	// spend hundreds of milliseconds in LLVM at every execution.
+	rp["jit"] = "off"
 	if pcfg.ConnConfig.ConnectTimeout == 0 {
 		pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}

@@ -65,8 +65,10 @@ func (u *unusedCounter) init(ctx context.Context, c *Collector) error {
 // function that totals the counts once the batch has run. In one snapshot the
 // statement finds the id range (lowest UNUSED id, highest id), counts the
 // head chunk from the lowest UNUSED id, counts the lookahead and the sweep's
-// run of chunks in a range scan of the partial index each, and, when the
-// table has the partial index on PENDING rows, reads the PENDING figures.
+// run of chunks, each chunk by a range scan of the partial index (a GROUP BY
+// over one scan would size a hash table for thousands of groups at every
+// execution: a millisecond), and, when the table has the partial index on
+// PENDING rows, reads the PENDING figures.
 //
 // The lowest UNUSED id is looked for from a floor: the index scan from the
 // start would walk every dead entry that claims leave at the head of the
@@ -140,13 +142,14 @@ FROM h CROSS JOIN p LEFT JOIN LATERAL (
            (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= h.head AND id < (h.head / $1::bigint + 1) * $1::bigint) AS n
     WHERE $1::bigint > 0 AND h.head IS NOT NULL
     UNION ALL
-    SELECT id / $1::bigint, count(*) FROM %[1]s
-    WHERE $1::bigint > 0 AND status = 'UNUSED' AND id >= greatest($2::bigint * $1::bigint, (h.head / $1::bigint + 1) * $1::bigint) AND id < $3::bigint * $1::bigint
-    GROUP BY 1
+    SELECT g.k, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED'
+                 AND id >= greatest(g.k * $1::bigint, (h.head / $1::bigint + 1) * $1::bigint) AND id < (g.k + 1) * $1::bigint)
+    FROM generate_series(greatest($2::bigint, h.head / $1::bigint + 1), $3::bigint - 1) AS g(k)
+    WHERE $1::bigint > 0
     UNION ALL
-    SELECT id / $1::bigint, count(*) FROM %[1]s
-    WHERE $1::bigint > 0 AND status = 'UNUSED' AND id >= (h.head / $1::bigint + 1) * $1::bigint AND id < (h.head / $1::bigint + 1 + $5::bigint) * $1::bigint
-    GROUP BY 1
+    SELECT g.k, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= g.k * $1::bigint AND id < (g.k + 1) * $1::bigint)
+    FROM generate_series(h.head / $1::bigint + 1, h.head / $1::bigint + $5::bigint) AS g(k)
+    WHERE $1::bigint > 0
 ) AS c ON true`, c.t.qualified, pendingCTE), args...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k, n *int64
