@@ -92,7 +92,7 @@ func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func() {
 	if u.width > 0 && u.top > u.head {
 		for k := u.head + 1; k <= min(u.head+u.moved+1, u.top); k++ {
 			if _, ok := u.counts[k]; !ok {
-				look = u.moved + 1
+				look = min(u.moved+1, maxSweep) // a head that jumps far is not followed in one poll
 				break
 			}
 		}
