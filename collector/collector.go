@@ -50,8 +50,10 @@ type Config struct {
 	StuckAfter time.Duration
 	// History is how many points each series keeps; default 3600 (an hour at 1 Hz).
 	History int
-	// CountBudget is the time a poll may spend recounting UNUSED ids beyond the
-	// chunk where claims happen; default 1 ms.
+	// CountBudget paces the sweep that recounts UNUSED ids away from the
+	// head: while a whole poll takes less, the sweep doubles its chunks per
+	// poll (up to 256); past twice that, it halves them (down to 1).
+	// Default 1 ms.
 	CountBudget time.Duration
 	// PendingCap bounds the PENDING rows counted exactly per poll; default 100,000.
 	PendingCap int
