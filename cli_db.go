@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,27 +68,35 @@ type openOptions struct {
 	seedEmbedded int
 	// write: the command changes the pool, so the marker is required unless --allow-writes.
 	write bool
-	// migrate: the command creates the schema itself (migrate, the demo).
+	// migrate: the command creates the schema itself (the demo, bench, chaos).
 	migrate bool
+	// load: the command generates load or injects faults (the demo, bench,
+	// chaos). It never takes its database from the environment, and with
+	// --dsn it runs only where pooltop created the pool (or --allow-writes).
+	load bool
 	// rtt: a simulated network round trip on every exchange (bench --rtt).
 	rtt time.Duration
 }
 
 // open connects to the named server, or starts the embedded one, migrates it
-// when asked or when it is ours, and checks the schema. The caller must
-// Close the result, which also stops an embedded server.
+// when asked, and checks the schema. The caller must Close the result, which
+// also stops an embedded server.
 func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 	if err := engine.ValidSchema(g.schema); err != nil {
 		return nil, usageError{fmt.Errorf("--schema: %w", err)}
 	}
 	d := &database{dsn: g.resolvedDSN()}
+	embedded := g.wantsEmbedded()
+	if o.load {
+		d.dsn, embedded = g.dsn, g.dsn == ""
+	}
 	ok := false
 	defer func() {
 		if !ok {
 			d.Close()
 		}
 	}()
-	if g.wantsEmbedded() {
+	if embedded {
 		srv, err := pgembed.Start(ctx, pgembed.Options{})
 		if err != nil {
 			if errors.Is(err, pgembed.ErrNoBinaries) {
@@ -98,11 +107,22 @@ func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 		d.embedded = srv
 		d.dsn = srv.DSN()
 		o.migrate = true
-		fmt.Fprintf(g.stderr, "pooltop: no --dsn, DATABASE_URL or PG* variables: started a throwaway PostgreSQL on 127.0.0.1:%d in %.2fs (removed on exit)\n",
-			srv.Port(), srv.StartupTime().Seconds())
+		why := "no --dsn, DATABASE_URL or PG* variables"
+		if o.load {
+			why = "no --dsn"
+			if set := g.environmentServer(); set != "" {
+				why = fmt.Sprintf("no --dsn (%s is set, but commands that generate load never take their server from the environment)", set)
+			}
+		}
+		fmt.Fprintf(g.stderr, "pooltop: %s: started a throwaway PostgreSQL on 127.0.0.1:%d in %.2fs (removed on exit)\n",
+			why, srv.Port(), srv.StartupTime().Seconds())
+	} else if o.load && !g.allowWrites {
+		if err := g.checkLoadTarget(ctx, d.dsn, o.appName); err != nil {
+			return nil, err
+		}
 	}
 	if o.migrate {
-		if _, err := g.migrate(ctx, d.dsn); err != nil {
+		if _, err := g.migrate(ctx, d.dsn, migrations.Options{Adopt: g.allowWrites}); err != nil {
 			return nil, err
 		}
 	}
@@ -124,53 +144,136 @@ func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 	return d, nil
 }
 
-// migrate applies the schema on dsn and returns the version reached.
-func (g *globals) migrate(ctx context.Context, dsn string) (int64, error) {
-	pcfg, err := engine.PoolConfig(engine.ConnOptions{DSN: dsn, Schema: g.schema, AppName: "pooltop-migrate"})
+// environmentServer names the variables that point at a server, or "".
+func (g *globals) environmentServer() string {
+	var set []string
+	if os.Getenv("DATABASE_URL") != "" {
+		set = append(set, "DATABASE_URL")
+	}
+	for _, v := range pgEnv {
+		if os.Getenv(v) != "" {
+			set = append(set, v)
+		}
+	}
+	return strings.Join(set, ", ")
+}
+
+// checkLoadTarget refuses, before anything is written, to generate load on a
+// database pooltop did not set up: the schema must hold a pool pooltop
+// created, or hold no pool in a database where pooltop created one.
+func (g *globals) checkLoadTarget(ctx context.Context, dsn, appName string) error {
+	pcfg, err := engine.PoolConfig(engine.ConnOptions{DSN: dsn, Schema: g.schema, AppName: appName})
 	if err != nil {
-		return 0, err
+		return err
 	}
 	cc := pcfg.ConnConfig
 	conn, err := pgx.ConnectConfig(ctx, cc.Copy())
 	if err != nil {
-		return 0, engine.ConnectError(cc, err)
+		return engine.ConnectError(cc, err)
+	}
+	defer conn.Close(context.Background())
+	st, err := migrations.Inspect(ctx, conn, g.schema)
+	if err != nil {
+		return err
+	}
+	what := strings.TrimPrefix(appName, "pooltop-")
+	if what == "workload" {
+		what = "the demo"
+	}
+	where := fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)
+	schema := pgx.Identifier{g.schema}.Sanitize()
+	switch {
+	case st.Origin == migrations.OriginCreated:
+		return nil
+	case st.Origin == migrations.OriginAdopted:
+		return fmt.Errorf("%s generates load and consumes ids: refusing %s schema %s, a pool pooltop adopted but did not create; pass --allow-writes if its ids are yours to burn", what, where, schema)
+	case st.Pool:
+		return fmt.Errorf("%s generates load and consumes ids: refusing %s schema %s, whose resource_pool pooltop did not create (no pooltop marker); run without --dsn for a throwaway server, or pass --allow-writes if its ids are yours to burn", what, where, schema)
+	}
+	ours, err := migrations.CreatedSchema(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if ours == "" {
+		return fmt.Errorf("%s generates load: refusing %s, where pooltop set nothing up (no pooltop_meta marker in any schema); run without --dsn for a throwaway server, create a pooltop schema first with `pooltop migrate --dsn … --schema %s`, or pass --allow-writes", what, where, g.schema)
+	}
+	return nil
+}
+
+// migrate applies the schema on dsn.
+func (g *globals) migrate(ctx context.Context, dsn string, o migrations.Options) (migrations.Result, error) {
+	pcfg, err := engine.PoolConfig(engine.ConnOptions{DSN: dsn, Schema: g.schema, AppName: "pooltop-migrate"})
+	if err != nil {
+		return migrations.Result{}, err
+	}
+	cc := pcfg.ConnConfig
+	conn, err := pgx.ConnectConfig(ctx, cc.Copy())
+	if err != nil {
+		return migrations.Result{}, engine.ConnectError(cc, err)
 	}
 	conn.Close(ctx)
 	delete(cc.RuntimeParams, "search_path")
-	return migrations.Apply(ctx, cc, g.schema)
+	return migrations.Apply(ctx, cc, g.schema, o)
 }
 
 func newMigrateCmd(g *globals) *cobra.Command {
+	var dryRun bool
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the pooltop schema (idempotent, safe to run concurrently)",
 		Long: `Create or upgrade the pooltop schema in --schema: resource_pool (the seed's
 columns plus holder), its partial indexes, business_ledger and the pooltop
 marker. Running it again does nothing; two processes running it at once take
-turns on an advisory lock. A resource_pool created by hand after the article
-is upgraded in place.`,
+turns on an advisory lock.
+
+A resource_pool that pooltop did not create (built by hand after the article,
+perhaps in production) is left alone unless --allow-writes is given; then it
+is adopted in place: missing lease columns and holder are added, the partial
+indexes on UNUSED and PENDING rows are built CONCURRENTLY (claims go on while
+they build), autovacuum settings for a queue-like table are set, and
+business_ledger and pooltop_meta are created. --dry-run prints every
+statement without running any.
+
+The database comes from --dsn, else DATABASE_URL, else the PG* variables.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if err := engine.ValidSchema(g.schema); err != nil {
 				return usageError{fmt.Errorf("--schema: %w", err)}
 			}
-			d, err := g.open(ctx, openOptions{appName: "pooltop-migrate", migrate: true})
-			if err != nil {
-				return err
+			if g.wantsEmbedded() {
+				return usageError{errors.New("migrate needs a database: pass --dsn (or set DATABASE_URL or PGHOST); the demo migrates its throwaway server itself")}
 			}
-			defer d.Close()
-			v, err := g.migrate(ctx, d.dsn)
+			res, err := g.migrate(ctx, g.resolvedDSN(), migrations.Options{Adopt: g.allowWrites, DryRun: dryRun})
 			if err != nil {
 				return err
 			}
 			if g.jsonOut {
-				return writeJSON(g.stdout, map[string]any{"schema": g.schema, "version": v})
+				return writeJSON(g.stdout, map[string]any{"schema": g.schema, "version": res.Version, "dry_run": dryRun,
+					"adopted": res.Adopted, "statements": res.Statements})
 			}
-			fmt.Fprintf(g.stdout, "schema %s is at version %d\n", g.schema, v)
+			if dryRun {
+				if res.Adopted && !g.allowWrites {
+					fmt.Fprintf(g.stdout, "-- schema %s holds a resource_pool pooltop did not create: these statements adopt it, and run only with --allow-writes\n\n", g.schema)
+				}
+				if len(res.Statements) == 0 {
+					fmt.Fprintf(g.stdout, "-- schema %s is at version %d: nothing to do\n", g.schema, res.Version)
+				}
+				for _, s := range res.Statements {
+					fmt.Fprintf(g.stdout, "%s;\n\n", strings.TrimRight(s, ";\n "))
+				}
+				return nil
+			}
+			verb := "is"
+			if res.Adopted {
+				verb = "adopted its resource_pool and is"
+			}
+			fmt.Fprintf(g.stdout, "schema %s %s at version %d\n", g.schema, verb, res.Version)
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&g.jsonOut, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the statements without running any")
+	cmd.Flags().BoolVar(&g.allowWrites, "allow-writes", false, "adopt a resource_pool that pooltop did not create")
 	return cmd
 }
 

@@ -36,6 +36,7 @@ func (o *demoOptions) addFlags(c *cobra.Command) {
 	f.DurationVar(&o.reaper.Grace, "reaper-grace", 0, "reclaim only leases expired for longer than this")
 	f.BoolVar(&o.watch.headless, "headless", false, "print one line per poll instead of the dashboard")
 	f.DurationVar(&o.watch.interval, "interval", time.Second, "time between polls (0.25s to 60s)")
+	f.IntVar(&o.watch.count, "count", 0, "with --headless: stop after this many polls (0: until Ctrl-C)")
 }
 
 // isTerminal reports whether the dashboard can run here.
@@ -72,7 +73,7 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 	if err := checkInterval(o.watch.interval); err != nil {
 		return err
 	}
-	d, err := g.open(ctx, openOptions{appName: "pooltop-workload", maxConns: int32(o.maxConns), write: true, migrate: true})
+	d, err := g.open(ctx, openOptions{appName: "pooltop-workload", maxConns: int32(o.maxConns), write: true, migrate: true, load: true})
 	if err != nil {
 		return err
 	}
@@ -104,9 +105,17 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 	}
 	defer col.Close()
 
+	server := ""
+	if d.embedded != nil {
+		server = fmt.Sprintf("embedded 127.0.0.1:%d", d.embedded.Port())
+	}
 	if o.watch.headless || !isTerminal() {
-		fmt.Fprintf(g.stderr, "pooltop demo (headless): %s; Ctrl-C stops it\n", g.redact(d.dsn))
+		on := "on " + g.redact(d.dsn)
+		if d.embedded != nil {
+			on = "on the throwaway server, DATABASE_URL=" + d.dsn
+		}
+		fmt.Fprintf(g.stderr, "pooltop demo (headless) %s; Ctrl-C stops it\n", on)
 		return runHeadless(ctx, g, col, &o.watch)
 	}
-	return tui.Run(ctx, tui.Options{Source: col, Knobs: wl, Mode: "demo", Interval: o.watch.interval, Color: useColor()})
+	return tui.Run(ctx, tui.Options{Source: col, Knobs: wl, Mode: "demo", Server: server, Interval: o.watch.interval, Color: useColor()})
 }

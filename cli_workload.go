@@ -90,7 +90,7 @@ Scenarios:
 			if poolSize < 1 || poolSize > engine.MaxSeed {
 				return usageError{fmt.Errorf("--pool-size %d: between 1 and %d", poolSize, engine.MaxSeed)}
 			}
-			d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 16, write: true, migrate: true})
+			d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 16, write: true, migrate: true, load: true})
 			if err != nil {
 				return err
 			}
@@ -145,6 +145,7 @@ Scenarios:
 	f.Float64Var(&crash, "crash-rate", 0, "override the chance per cycle that a worker dies holding its leases")
 	f.Float64Var(&pause, "pause-rate", 0, "override the chance per cycle that a worker freezes past its lease")
 	f.BoolVar(&g.jsonOut, "json", false, "print the summary as JSON")
+	f.BoolVar(&g.allowWrites, "allow-writes", false, "with --dsn: run even in a database where pooltop created no pool")
 	return cmd
 }
 
@@ -285,7 +286,7 @@ Go's timers overshoot by about 0.1 ms, so 1ms is about 1.1 ms per exchange.`,
 					modes[i].Batch = batch
 				}
 			}
-			d, err := g.open(ctx, openOptions{appName: "pooltop-bench", maxConns: int32(min(maxW, maxConns)), write: true, migrate: true, rtt: rtt})
+			d, err := g.open(ctx, openOptions{appName: "pooltop-bench", maxConns: int32(min(maxW, maxConns)), write: true, migrate: true, load: true, rtt: rtt})
 			if err != nil {
 				return err
 			}
@@ -336,6 +337,7 @@ Go's timers overshoot by about 0.1 ms, so 1ms is about 1.1 ms per exchange.`,
 	f.IntVar(&batch, "batch", 1000, "ids per claim and per commit in the batched mode")
 	f.DurationVar(&rtt, "rtt", 0, "simulated network round trip added to every exchange with the server (e.g. 1ms)")
 	f.BoolVar(&g.jsonOut, "json", false, "print JSON")
+	f.BoolVar(&g.allowWrites, "allow-writes", false, "with --dsn: run even in a database where pooltop created no pool")
 	return cmd
 }
 

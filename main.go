@@ -124,9 +124,14 @@ is given), the schema, a pool of ids, a simulated fleet of workers with its
 reaper, and the dashboard (keys: ? for help, 1-8 scenarios, q to quit).
 pooltop watch shows an existing pool read-only.
 
-The database comes from --dsn, else DATABASE_URL, else the standard PG*
-variables (PGHOST, PGUSER, …); with none of them, an embedded PostgreSQL is
-started from the system's binaries and removed on exit.
+Which server: the demo, bench and chaos generate load, so they never take
+their server from the environment. Without --dsn they start a throwaway
+PostgreSQL on 127.0.0.1 from the system's binaries (removed on exit); with
+--dsn they run only where pooltop created the pool (pooltop migrate), unless
+--allow-writes. watch, verify and lease show read; migrate, seed and the
+other lease commands write what you name. They take the database from
+--dsn, else DATABASE_URL, else the PG* variables (PGHOST, PGUSER, …), like
+psql.
 
 ` + exitCodesHelp,
 		SilenceUsage:      true,
@@ -144,6 +149,7 @@ started from the system's binaries and removed on exit.
 	pf.StringVar(&g.dsn, "dsn", "", "PostgreSQL URL or key=value string (default: $DATABASE_URL, the PG* variables, else an embedded server)")
 	pf.StringVar(&g.schema, "schema", "public", "schema that holds the pool")
 	demo.addFlags(root)
+	root.Flags().BoolVar(&g.allowWrites, "allow-writes", false, "with --dsn: run even where pooltop did not create the pool (its ids are consumed)")
 	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g), newBenchCmd(g), newChaosCmd(g), newVerifyCmd(g), newWatchCmd(g))
 	for _, c := range root.Commands() {
 		wrapArgs(c)

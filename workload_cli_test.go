@@ -14,12 +14,15 @@ import (
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
-// scratch returns a pooltop_ schema name for bench or chaos and drops it at cleanup.
+// scratch returns a pooltop_ schema for bench or chaos, created with
+// pooltop migrate as a user would (bench and chaos run with --dsn only where
+// pooltop set the database up), and drops it at cleanup.
 func scratch(t *testing.T) string {
 	t.Helper()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	name := "pooltop_test_" + hex.EncodeToString(b[:])
+	pooltop(t, "migrate", "--dsn", pgtest.DSN(), "--schema", name).must(t)
 	t.Cleanup(func() {
 		conn, err := pgx.Connect(context.Background(), pgtest.DSN())
 		if err != nil {

@@ -1,5 +1,5 @@
 -- +goose Up
--- The pool of pre-generated identifiers (seed 001 and 000). Keeps the seed's
+-- The pool of pre-generated identifiers. Keeps the article's
 -- names and columns so that tools written after the article work on it; adds
 -- holder, which pooltop records for the dashboard and the ledger. Every
 -- statement is IF NOT EXISTS so that a pool created by hand after the article
@@ -17,30 +17,60 @@ CREATE TABLE IF NOT EXISTS resource_pool (
     -- A free id carries no lease and no holder: the reaper and release clear both.
     CONSTRAINT resource_pool_unused_check CHECK (status <> 'UNUSED' OR (leased_until IS NULL AND holder IS NULL))
 );
+-- A pool built after the article may lack the lease columns: add them. On
+-- PostgreSQL 11 and later, a column with a constant default is added without
+-- rewriting the table.
+ALTER TABLE resource_pool ADD COLUMN IF NOT EXISTS leased_until timestamptz;
+ALTER TABLE resource_pool ADD COLUMN IF NOT EXISTS lease_token bigint NOT NULL DEFAULT 0;
+ALTER TABLE resource_pool ADD COLUMN IF NOT EXISTS updated_at timestamptz DEFAULT now();
 ALTER TABLE resource_pool ADD COLUMN IF NOT EXISTS holder text;
 
--- The claim scans only free ids (seed 001 §5.1): the index shrinks as ids are used.
-CREATE INDEX IF NOT EXISTS idx_resource_unused ON resource_pool (id) WHERE status = 'UNUSED';
--- The reaper scans expired leases in batches; without this index every batch
--- rescans the table. It costs some claim throughput (each claim adds an entry).
-CREATE INDEX IF NOT EXISTS idx_resource_pending_expiry ON resource_pool (leased_until) WHERE status = 'PENDING';
-
--- Queue-like churn leaves a dead tuple per transition (seed 001 §6.3): vacuum
--- this table after 2% of its rows changed instead of the default 20%, and do
--- not throttle the worker.
-ALTER TABLE resource_pool SET (
-    autovacuum_vacuum_scale_factor = 0.02,
-    autovacuum_vacuum_threshold = 1000,
-    autovacuum_analyze_scale_factor = 0.05,
-    autovacuum_vacuum_cost_delay = 0
-);
--- Inserts (a refill) trigger a vacuum too, from PostgreSQL 13 on.
+-- The claim scans only free ids: the index shrinks as ids are used.
+-- The reaper scans expired leases in batches; without the second index every
+-- batch rescans the table. It costs some claim throughput (each claim adds an
+-- entry). A pool that already has an equivalent index under another name
+-- keeps it; on an adopted pool that holds rows pooltop built both
+-- CONCURRENTLY before this migration runs (see migrations.Plan).
 -- +goose StatementBegin
 DO $$
 BEGIN
-    IF current_setting('server_version_num')::int >= 130000 THEN
-        ALTER TABLE resource_pool SET (autovacuum_vacuum_insert_scale_factor = 0.05);
+    IF NOT EXISTS (SELECT 1 FROM pg_index i
+                   WHERE i.indrelid = 'resource_pool'::regclass AND i.indisvalid
+                     AND pg_get_expr(i.indpred, i.indrelid) LIKE '%''UNUSED''%'
+                     AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = i.indrelid AND attname = 'id')) THEN
+        CREATE INDEX IF NOT EXISTS idx_resource_unused ON resource_pool (id) WHERE status = 'UNUSED';
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_index i
+                   WHERE i.indrelid = 'resource_pool'::regclass AND i.indisvalid
+                     AND pg_get_expr(i.indpred, i.indrelid) LIKE '%''PENDING''%'
+                     AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = i.indrelid AND attname = 'leased_until')) THEN
+        CREATE INDEX IF NOT EXISTS idx_resource_pending_expiry ON resource_pool (leased_until) WHERE status = 'PENDING';
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+-- Queue-like churn leaves a dead tuple per transition: vacuum this table
+-- after 2% of its rows changed instead of the default 20%, and do not
+-- throttle the worker; inserts (a refill) trigger a vacuum too, from
+-- PostgreSQL 13 on. A partitioned pool has no storage of its own: the
+-- settings go on each partition.
+-- +goose StatementBegin
+DO $$
+DECLARE
+    rel regclass;
+BEGIN
+    FOR rel IN
+        SELECT c.oid::regclass FROM pg_class c
+        WHERE c.relkind = 'r' AND (c.oid = 'resource_pool'::regclass
+              OR c.oid IN (SELECT relid FROM pg_partition_tree('resource_pool'::regclass) WHERE isleaf))
+    LOOP
+        EXECUTE format('ALTER TABLE %s SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
+                        autovacuum_analyze_scale_factor = 0.05, autovacuum_vacuum_cost_delay = 0)', rel);
+        IF current_setting('server_version_num')::int >= 130000 THEN
+            EXECUTE format('ALTER TABLE %s SET (autovacuum_vacuum_insert_scale_factor = 0.05)', rel);
+        END IF;
+    END LOOP;
 END
 $$;
 -- +goose StatementEnd

@@ -1,12 +1,24 @@
 // Package migrations holds pooltop's schema as embedded SQL and applies it
 // with goose, so that `pooltop migrate`, the demo, bench, chaos and the tests
 // all create exactly the same tables.
+//
+// A schema that already holds a resource_pool pooltop did not create (a pool
+// built after the article, often in production) is adopted only when the
+// caller allows it: Inspect reads what is there without writing, Plan says
+// every statement Apply would run (migrate --dry-run prints them), and on a
+// table that holds rows the partial indexes are built CONCURRENTLY, so that
+// the workers' claims never queue behind the build.
 package migrations
 
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -25,29 +37,461 @@ const VersionTable = "pooltop_migrations"
 // on CREATE SCHEMA or the version table.
 const lockKey = 0x706f6f6c746f70 // "pooltop"
 
-// Apply creates schema if needed and brings it to the newest version. It is
-// idempotent and safe to run from several processes at once. cfg is not
-// modified; its search_path is set to schema on a copy.
-func Apply(ctx context.Context, cfg *pgx.ConnConfig, schema string) (int64, error) {
+// Origin says how a schema came to hold a pooltop pool; it is kept in
+// pooltop_meta under the key "origin".
+type Origin string
+
+const (
+	// OriginNone: no pooltop marker; pooltop did not set this schema up.
+	OriginNone Origin = ""
+	// OriginCreated: pooltop created the pool table (or a version of pooltop
+	// that did not yet record the origin set the schema up).
+	OriginCreated Origin = "created"
+	// OriginAdopted: the pool existed and `migrate --allow-writes` adopted it.
+	// Commands that generate load refuse it unless told otherwise.
+	OriginAdopted Origin = "adopted"
+)
+
+// Names of the partial indexes pooltop creates.
+const (
+	UnusedIndex  = "idx_resource_unused"
+	PendingIndex = "idx_resource_pending_expiry"
+)
+
+var (
+	// ErrForeignPool: the schema holds a resource_pool that pooltop did not
+	// create, and the caller did not allow adopting it.
+	ErrForeignPool = errors.New("resource_pool was not created by pooltop")
+	// ErrIncompatible: the existing resource_pool cannot be adopted as it is.
+	ErrIncompatible = errors.New("resource_pool cannot be adopted")
+)
+
+// State is what a schema holds, read without writing anything.
+type State struct {
+	Schema       string
+	SchemaExists bool
+	Pool         bool // resource_pool exists (a table or a partitioned table)
+	PoolRows     bool // and holds at least one row
+	Partitioned  bool
+	Partitions   []string // leaf partitions, schema-qualified and quoted
+	Origin       Origin
+	Version      int64             // newest goose version applied, 0 for none
+	Columns      map[string]string // column name → format_type of resource_pool
+	UniqueID     bool              // id has a unique index (the ledger's foreign key needs one)
+	UnusedIndex  string            // a valid partial index on id WHERE status = 'UNUSED', if any
+	PendingIndex string            // a valid partial index on leased_until WHERE status = 'PENDING', if any
+	Invalid      []string          // pooltop's index names left invalid by an interrupted build
+}
+
+// Marked reports whether pooltop set the schema up (created or adopted it).
+func (s *State) Marked() bool { return s.Origin != OriginNone }
+
+// Inspect reads the state of schema on conn. It writes nothing and takes no lock.
+func Inspect(ctx context.Context, conn *pgx.Conn, schema string) (*State, error) {
+	st := &State{Schema: schema, Columns: map[string]string{}}
+	q := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	var poolOID *uint32
+	var kind *string
+	err := conn.QueryRow(ctx, `
+SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1),
+       c.oid, c.relkind::text
+FROM (SELECT 1) AS one
+LEFT JOIN pg_class c ON c.relname = 'resource_pool' AND c.relkind IN ('r', 'p')
+     AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&st.SchemaExists, &poolOID, &kind)
+	if err != nil {
+		return nil, fmt.Errorf("inspect schema %s: %w", schema, err)
+	}
+	if poolOID != nil {
+		st.Pool, st.Partitioned = true, *kind == "p"
+		if err := inspectPool(ctx, conn, st, *poolOID, q("resource_pool")); err != nil {
+			return nil, err
+		}
+	}
+	var meta, versions bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
+		q("pooltop_meta"), q(VersionTable)).Scan(&meta, &versions); err != nil {
+		return nil, fmt.Errorf("inspect schema %s: %w", schema, err)
+	}
+	if meta {
+		rows, err := conn.Query(ctx, "SELECT key, value FROM "+q("pooltop_meta"))
+		if err != nil {
+			return nil, fmt.Errorf("read the pooltop marker: %w", err)
+		}
+		kv := map[string]string{}
+		for rows.Next() {
+			var k, v string
+			if err := rows.Scan(&k, &v); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read the pooltop marker: %w", err)
+			}
+			kv[k] = v
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("read the pooltop marker: %w", err)
+		}
+		if kv["created_by"] == "pooltop" {
+			st.Origin = OriginCreated
+			if kv["origin"] == string(OriginAdopted) {
+				st.Origin = OriginAdopted
+			}
+		}
+	}
+	if versions {
+		if err := conn.QueryRow(ctx, "SELECT coalesce(max(version_id), 0) FROM "+q(VersionTable)+" WHERE is_applied").Scan(&st.Version); err != nil {
+			return nil, fmt.Errorf("read the migration version: %w", err)
+		}
+	}
+	return st, nil
+}
+
+func inspectPool(ctx context.Context, conn *pgx.Conn, st *State, oid uint32, qualified string) error {
+	rows, err := conn.Query(ctx, `SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, oid)
+	if err != nil {
+		return fmt.Errorf("inspect resource_pool: %w", err)
+	}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			rows.Close()
+			return fmt.Errorf("inspect resource_pool: %w", err)
+		}
+		st.Columns[name] = typ
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("inspect resource_pool: %w", err)
+	}
+	// Indexes: a valid partial index with the claim's (or the reaper's)
+	// predicate on the right column serves, whatever its name.
+	rows, err = conn.Query(ctx, `
+SELECT c.relname, i.indisvalid, i.indisunique, i.indnatts,
+       coalesce(pg_get_expr(i.indpred, i.indrelid), ''),
+       coalesce((SELECT attname FROM pg_attribute WHERE attrelid = i.indrelid AND attnum = i.indkey[0]), '')
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = $1`, oid)
+	if err != nil {
+		return fmt.Errorf("inspect the indexes of resource_pool: %w", err)
+	}
+	for rows.Next() {
+		var name, pred, first string
+		var valid, unique bool
+		var natts int
+		if err := rows.Scan(&name, &valid, &unique, &natts, &pred, &first); err != nil {
+			rows.Close()
+			return fmt.Errorf("inspect the indexes of resource_pool: %w", err)
+		}
+		switch {
+		case !valid:
+			if name == UnusedIndex || name == PendingIndex {
+				st.Invalid = append(st.Invalid, name)
+			}
+		case unique && natts == 1 && first == "id" && pred == "":
+			st.UniqueID = true
+		case first == "id" && strings.Contains(pred, "'UNUSED'") && st.UnusedIndex == "":
+			st.UnusedIndex = name
+		case first == "leased_until" && strings.Contains(pred, "'PENDING'") && st.PendingIndex == "":
+			st.PendingIndex = name
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("inspect the indexes of resource_pool: %w", err)
+	}
+	if st.Partitioned {
+		parts, err := conn.Query(ctx, `
+SELECT format('%I.%I', n.nspname, c.relname), c.relkind::text
+FROM pg_partition_tree($1::regclass) t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE t.level > 0 ORDER BY c.relname`, qualified)
+		if err != nil {
+			return fmt.Errorf("list the partitions of resource_pool: %w", err)
+		}
+		for parts.Next() {
+			var name, kind string
+			if err := parts.Scan(&name, &kind); err != nil {
+				parts.Close()
+				return err
+			}
+			if kind == "p" {
+				parts.Close()
+				return fmt.Errorf("%w: %s is partitioned again (several levels of partitions): create the partial indexes by hand", ErrIncompatible, name)
+			}
+			st.Partitions = append(st.Partitions, name)
+		}
+		parts.Close()
+		if err := parts.Err(); err != nil {
+			return err
+		}
+	}
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+qualified+")").Scan(&st.PoolRows); err != nil {
+		return fmt.Errorf("inspect resource_pool: %w", err)
+	}
+	return nil
+}
+
+// Options say what Apply may do.
+type Options struct {
+	// Adopt allows upgrading a resource_pool that pooltop did not create
+	// (migrate --allow-writes); without it Apply returns ErrForeignPool.
+	Adopt bool
+	// DryRun makes Apply plan and return the statements without running any.
+	DryRun bool
+}
+
+// Result is what Apply did (or, with DryRun, would do).
+type Result struct {
+	Version    int64
+	Adopted    bool     // a foreign resource_pool was (or would be) adopted
+	Statements []string // every statement run, in order (with DryRun: planned)
+}
+
+// Step is one statement of a plan. Concurrent steps run outside any
+// transaction and may wait, without blocking anyone, for older
+// transactions to end.
+type Step struct {
+	SQL        string
+	Concurrent bool
+	// Goose: the step is an embedded migration, applied by goose (SQL is
+	// its text, for the dry run).
+	Goose bool
+}
+
+// contract lists the seed's columns, the types pooltop works with, and how a
+// missing one is added (the migration adds them all with IF NOT EXISTS).
+var contract = []struct {
+	name  string
+	types []string
+	add   string // "" when the column cannot be added: the table is no pool without it
+}{
+	{"id", []string{"bigint", "integer", "smallint"}, ""},
+	{"identifier", []string{"text", "character varying", "character", "uuid"}, ""},
+	{"status", []string{"text", "character varying", "character"}, ""},
+	{"leased_until", []string{"timestamp with time zone"}, "timestamptz"},
+	{"lease_token", []string{"bigint"}, "bigint NOT NULL DEFAULT 0"},
+	{"updated_at", []string{"timestamp with time zone"}, "timestamptz DEFAULT now()"},
+	{"holder", []string{"text", "character varying"}, "text"},
+}
+
+// checkAdoptable says why an existing resource_pool cannot be adopted as it is.
+func checkAdoptable(st *State) error {
+	for _, c := range contract {
+		typ, ok := st.Columns[c.name]
+		if !ok {
+			if c.add == "" {
+				return fmt.Errorf("%w: it has no %s column: pooltop needs the seed's columns (id, identifier, status, leased_until, lease_token, updated_at)", ErrIncompatible, c.name)
+			}
+			continue
+		}
+		base, _, _ := strings.Cut(typ, "(")
+		okType := false
+		for _, want := range c.types {
+			okType = okType || base == want
+		}
+		if !okType {
+			return fmt.Errorf("%w: column %s is %s, pooltop needs %s (ALTER TABLE %s.resource_pool ALTER COLUMN %s TYPE %s)",
+				ErrIncompatible, c.name, typ, strings.Join(c.types, " or "), pgx.Identifier{st.Schema}.Sanitize(), c.name, c.types[0])
+		}
+	}
+	if !st.UniqueID {
+		return fmt.Errorf("%w: id has no unique index, and the ledger's foreign key needs one (ALTER TABLE … ADD PRIMARY KEY (id))", ErrIncompatible)
+	}
+	return nil
+}
+
+// Plan returns the statements that bring the schema described by st to the
+// newest version, in order, and whether they adopt a foreign pool. It
+// returns ErrForeignPool when the schema holds a resource_pool pooltop did
+// not create and neither o.Adopt nor o.DryRun is set, and ErrIncompatible
+// when that table cannot be adopted as it is.
+func Plan(st *State, o Options) ([]Step, bool, error) {
+	var steps []Step
+	quoted := pgx.Identifier{st.Schema}.Sanitize()
+	if !st.Pool && st.Version > 0 {
+		return nil, false, fmt.Errorf("%w: schema %s records pooltop migrations but has no resource_pool (it was dropped): drop %s.%s, or the schema, and migrate again",
+			ErrIncompatible, quoted, quoted, VersionTable)
+	}
+	if !st.SchemaExists {
+		steps = append(steps, Step{SQL: "CREATE SCHEMA IF NOT EXISTS " + quoted})
+	}
+	adopt := st.Pool && !st.Marked()
+	if adopt {
+		if err := checkAdoptable(st); err != nil {
+			return nil, false, err
+		}
+		if !o.Adopt && !o.DryRun {
+			return nil, false, fmt.Errorf("%w: schema %s holds a resource_pool without the pooltop marker (a pool built by hand, perhaps in production); adopting it adds the holder column, partial indexes built CONCURRENTLY, autovacuum settings, business_ledger and pooltop_meta: review them with `pooltop migrate --dry-run`, then pass --allow-writes",
+				ErrForeignPool, quoted)
+		}
+		meta := pgx.Identifier{st.Schema, "pooltop_meta"}.Sanitize()
+		// Recorded first: an adoption cut short is still not a pool pooltop
+		// created, and the next run asks for --allow-writes again.
+		steps = append(steps,
+			Step{SQL: "CREATE TABLE IF NOT EXISTS " + meta + " (key text PRIMARY KEY, value text NOT NULL)"},
+			Step{SQL: "INSERT INTO " + meta + " (key, value) VALUES ('origin', 'adopted') ON CONFLICT (key) DO UPDATE SET value = 'adopted'"})
+		for _, name := range st.Invalid {
+			steps = append(steps, Step{SQL: "DROP INDEX CONCURRENTLY IF EXISTS " + pgx.Identifier{st.Schema, name}.Sanitize(), Concurrent: true})
+		}
+		pool := pgx.Identifier{st.Schema, "resource_pool"}.Sanitize()
+		if st.UnusedIndex == "" {
+			steps = append(steps, indexSteps(st, pool, UnusedIndex, "(id) WHERE status = 'UNUSED'")...)
+		}
+		if st.PendingIndex == "" {
+			if _, ok := st.Columns["leased_until"]; !ok {
+				steps = append(steps, Step{SQL: "ALTER TABLE " + pool + " ADD COLUMN IF NOT EXISTS leased_until timestamptz"})
+			}
+			steps = append(steps, indexSteps(st, pool, PendingIndex, "(leased_until) WHERE status = 'PENDING'")...)
+		}
+	}
+	srcs, err := sources()
+	if err != nil {
+		return nil, false, err
+	}
+	for _, s := range srcs {
+		if s.version > st.Version {
+			steps = append(steps, Step{SQL: fmt.Sprintf("-- migration %d (%s), in schema %s:\n%s", s.version, s.name, quoted, s.up), Goose: true})
+		}
+	}
+	if !st.Pool {
+		meta := pgx.Identifier{st.Schema, "pooltop_meta"}.Sanitize()
+		steps = append(steps, Step{SQL: "INSERT INTO " + meta + " (key, value) VALUES ('origin', 'created') ON CONFLICT (key) DO NOTHING"})
+	}
+	return steps, adopt, nil
+}
+
+// indexSteps builds a partial index without blocking writes: CONCURRENTLY on
+// a plain table; on a partitioned one, CONCURRENTLY on each partition, then
+// the parent's index on ONLY the parent with each partition's attached.
+func indexSteps(st *State, pool, name, def string) []Step {
+	if !st.Partitioned {
+		return []Step{{SQL: fmt.Sprintf("CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s %s", pgx.Identifier{name}.Sanitize(), pool, def), Concurrent: true}}
+	}
+	steps := []Step{}
+	var children []string
+	for i := range st.Partitions {
+		child := fmt.Sprintf("%s_p%d", name, i)
+		children = append(children, child)
+		steps = append(steps, Step{SQL: fmt.Sprintf("CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s %s", pgx.Identifier{child}.Sanitize(), st.Partitions[i], def), Concurrent: true})
+	}
+	steps = append(steps, Step{SQL: fmt.Sprintf("CREATE INDEX IF NOT EXISTS %s ON ONLY %s %s", pgx.Identifier{name}.Sanitize(), pool, def)})
+	for _, child := range children {
+		steps = append(steps, Step{SQL: fmt.Sprintf("ALTER INDEX %s ATTACH PARTITION %s", pgx.Identifier{st.Schema, name}.Sanitize(), pgx.Identifier{st.Schema, child}.Sanitize())})
+	}
+	return steps
+}
+
+// source is one embedded migration.
+type source struct {
+	version int64
+	name    string
+	up      string
+}
+
+func sources() ([]source, error) {
+	entries, err := fs.Glob(files, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var out []source
+	for _, e := range entries {
+		v, err := strconv.ParseInt(strings.SplitN(e, "_", 2)[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: no version prefix", e)
+		}
+		b, err := files.ReadFile(e)
+		if err != nil {
+			return nil, err
+		}
+		text := string(b)
+		_, up, _ := strings.Cut(text, "-- +goose Up\n")
+		up, _, _ = strings.Cut(up, "-- +goose Down")
+		out = append(out, source{version: v, name: e, up: strings.TrimSpace(up)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out, nil
+}
+
+// Apply brings schema to the newest version. It is idempotent and safe to
+// run from several processes at once. cfg is not modified; its search_path
+// is set to schema on a copy. A foreign resource_pool is adopted only with
+// o.Adopt; with o.DryRun nothing is written and the plan is returned.
+func Apply(ctx context.Context, cfg *pgx.ConnConfig, schema string, o Options) (Result, error) {
 	if schema == "" {
 		schema = "public"
 	}
-	lockConn, err := pgx.ConnectConfig(ctx, cfg.Copy())
+	conn, err := pgx.ConnectConfig(ctx, cfg.Copy())
 	if err != nil {
-		return 0, fmt.Errorf("migrate: connect: %w", err)
+		return Result{}, fmt.Errorf("migrate: connect: %w", err)
 	}
-	defer lockConn.Close(context.Background())
+	defer conn.Close(context.Background())
 
-	if _, err := lockConn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(lockKey)); err != nil {
-		return 0, fmt.Errorf("migrate: take the migration lock: %w", err)
+	if !o.DryRun {
+		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(lockKey)); err != nil {
+			return Result{}, fmt.Errorf("migrate: take the migration lock: %w", err)
+		}
+		defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(lockKey)) //nolint:errcheck // the lock also ends with the session
 	}
-	defer lockConn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(lockKey)) //nolint:errcheck // the lock also ends with the session
-
+	st, err := Inspect(ctx, conn, schema)
+	if err != nil {
+		return Result{}, fmt.Errorf("migrate: %w", err)
+	}
+	steps, adopt, err := Plan(st, o)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Version: st.Version, Adopted: adopt}
+	for _, s := range steps {
+		res.Statements = append(res.Statements, s.SQL)
+	}
+	if o.DryRun {
+		return res, nil
+	}
 	quoted := pgx.Identifier{schema}.Sanitize()
-	if _, err := lockConn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+quoted); err != nil {
-		return 0, fmt.Errorf("migrate: create schema %s: %w", quoted, err)
+	gooseDone := false
+	for _, s := range steps {
+		if s.Goose {
+			if !gooseDone {
+				if err := runGoose(ctx, cfg, schema); err != nil {
+					return res, err
+				}
+			}
+			gooseDone = true
+			continue
+		}
+		if err := runStep(ctx, conn, s); err != nil {
+			return res, fmt.Errorf("migrate schema %s: %s: %w", quoted, firstLine(s.SQL), err)
+		}
 	}
+	st, err = Inspect(ctx, conn, schema)
+	if err != nil {
+		return res, fmt.Errorf("migrate: %w", err)
+	}
+	res.Version = st.Version
+	return res, nil
+}
 
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// runStep runs one planned statement. A concurrent build waits for the
+// transactions older than it without blocking anyone, so it may wait as
+// long as they run: no lock timeout for it.
+func runStep(ctx context.Context, conn *pgx.Conn, s Step) error {
+	if s.Concurrent {
+		if _, err := conn.Exec(ctx, "SET lock_timeout = 0"); err != nil {
+			return err
+		}
+		defer conn.Exec(context.Background(), "RESET lock_timeout") //nolint:errcheck // the session ends with Apply
+	}
+	_, err := conn.Exec(ctx, s.SQL)
+	return err
+}
+
+// runGoose applies the embedded migrations that schema lacks.
+func runGoose(ctx context.Context, cfg *pgx.ConnConfig, schema string) error {
+	quoted := pgx.Identifier{schema}.Sanitize()
 	mcfg := cfg.Copy()
 	if mcfg.RuntimeParams == nil {
 		mcfg.RuntimeParams = map[string]string{}
@@ -57,20 +501,45 @@ func Apply(ctx context.Context, cfg *pgx.ConnConfig, schema string) (int64, erro
 	mcfg.RuntimeParams["statement_timeout"] = "0"
 	db := stdlib.OpenDB(*mcfg)
 	defer db.Close()
-
+	// The version table is named without its schema: goose puts it in the
+	// session's search_path (the schema), and would otherwise write the
+	// schema's name unquoted into its SQL.
 	provider, err := goose.NewProvider(goose.DialectPostgres, db, files,
-		goose.WithTableName(schema+"."+VersionTable),
+		goose.WithTableName(VersionTable),
 		goose.WithDisableGlobalRegistry(true),
 	)
 	if err != nil {
-		return 0, fmt.Errorf("migrate: %w", err)
+		return fmt.Errorf("migrate: %w", err)
 	}
 	if _, err := provider.Up(ctx); err != nil {
-		return 0, fmt.Errorf("migrate schema %s: %w", quoted, err)
+		return fmt.Errorf("migrate schema %s: %w", quoted, err)
 	}
-	v, err := provider.GetDBVersion(ctx)
+	return nil
+}
+
+// CreatedSchema names a schema of the database where pooltop created the
+// pool (marker present, not adopted), or "" when there is none: a database
+// that has one is pooltop's to generate load in. It writes nothing.
+func CreatedSchema(ctx context.Context, conn *pgx.Conn) (string, error) {
+	rows, err := conn.Query(ctx, `
+SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relname = 'pooltop_meta' AND c.relkind = 'r' AND has_table_privilege(c.oid, 'SELECT')
+ORDER BY 1`)
 	if err != nil {
-		return 0, fmt.Errorf("migrate: read version: %w", err)
+		return "", fmt.Errorf("look for pooltop schemas: %w", err)
 	}
-	return v, nil
+	candidates, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", fmt.Errorf("look for pooltop schemas: %w", err)
+	}
+	for _, schema := range candidates {
+		st, err := Inspect(ctx, conn, schema)
+		if err != nil {
+			return "", err
+		}
+		if st.Origin == OriginCreated && st.Pool {
+			return schema, nil
+		}
+	}
+	return "", nil
 }

@@ -36,9 +36,12 @@ type Knobs interface {
 
 // Options configure the dashboard.
 type Options struct {
-	Source   Source
-	Knobs    Knobs  // nil: watch mode, read-only
-	Mode     string // shown in the header: "demo" or "watch"
+	Source Source
+	Knobs  Knobs  // nil: watch mode, read-only
+	Mode   string // shown in the header: "demo" or "watch"
+	// Server, when set, names the server in the header instead of
+	// user@host/database (the demo's "embedded 127.0.0.1:port").
+	Server   string
 	Interval time.Duration
 	Color    bool
 	// Now is the clock; tests pin it so the view is reproducible.

@@ -105,6 +105,9 @@ func (m Model) now() time.Time { return m.opts.Now() }
 func (m Model) viewHeader(w int) string {
 	i := m.info
 	where := sanitize(fmt.Sprintf("%s@%s/%s", i.User, i.Host, i.Database))
+	if m.opts.Server != "" {
+		where = sanitize(m.opts.Server)
+	}
 	up := m.now().Sub(m.started).Round(time.Second)
 	parts := []string{"pooltop " + m.opts.Mode, where, sanitize(i.Table), "PG " + sanitize(strings.Fields(i.Version + " ?")[0]),
 		"up " + up.String(), "poll " + m.interval.String()}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgembed"
 )
@@ -83,6 +85,61 @@ var (
 	failedLine = regexp.MustCompile(`number of failed transactions: ([0-9]+)`)
 )
 
+// connEnv turns a connection string into pgbench's environment: the server
+// is named by PGHOST, PGPORT, PGUSER, PGDATABASE and the password by
+// PGPASSWORD, never on the command line, where any user of the host can read
+// it (ps). The caller's own PG* variables are dropped, so that only the
+// connection string decides where pgbench connects.
+func connEnv(dsn string) ([]string, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("pgbench: parse the connection string: %s", engine.RedactDSN(err.Error()))
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PG") {
+			env = append(env, kv)
+		}
+	}
+	ssl := "disable"
+	if cfg.TLSConfig != nil {
+		ssl = "require"
+		for _, f := range cfg.Fallbacks {
+			if f.TLSConfig == nil {
+				ssl = "prefer"
+			}
+		}
+	}
+	env = append(env, "PGHOST="+cfg.Host, "PGPORT="+strconv.Itoa(int(cfg.Port)), "PGUSER="+cfg.User,
+		"PGDATABASE="+cfg.Database, "PGSSLMODE="+ssl)
+	if cfg.Password != "" {
+		env = append(env, "PGPASSWORD="+cfg.Password)
+	}
+	return env, nil
+}
+
+// command builds the pgbench command line for o, with the script in dir.
+func command(ctx context.Context, bin, dir string, o Options) (*exec.Cmd, error) {
+	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(min(o.Clients, 2)),
+		"-f", filepath.Join(dir, "script.sql")}
+	if o.Latency {
+		args = append(args, "-l", "--log-prefix", filepath.Join(dir, "log"))
+	}
+	if o.Duration > 0 {
+		args = append(args, "-T", strconv.Itoa(max(1, int(o.Duration.Round(time.Second)/time.Second))))
+	} else {
+		args = append(args, "-t", strconv.Itoa(o.Transactions))
+	}
+	env, err := connEnv(o.DSN)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(env, "PGOPTIONS=-c search_path="+o.Schema, "PGAPPNAME=pgbench")
+	return cmd, nil
+}
+
 // Run executes pgbench and parses its summary.
 func Run(ctx context.Context, o Options) (Result, error) {
 	bin, err := Find()
@@ -98,20 +155,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := os.WriteFile(file, []byte(o.Script), 0o644); err != nil {
 		return Result{}, err
 	}
-	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(min(o.Clients, 2)),
-		"-f", file}
-	if o.Latency {
-		args = append(args, "-l", "--log-prefix", filepath.Join(dir, "log"))
+	cmd, err := command(ctx, bin, dir, o)
+	if err != nil {
+		return Result{}, err
 	}
-	if o.Duration > 0 {
-		args = append(args, "-T", strconv.Itoa(max(1, int(o.Duration.Round(time.Second)/time.Second))))
-	} else {
-		args = append(args, "-t", strconv.Itoa(o.Transactions))
-	}
-	args = append(args, o.DSN)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+o.Schema, "PGAPPNAME=pgbench")
 	out, err := cmd.CombinedOutput()
 	res := Result{Output: string(out)}
 	if err != nil {

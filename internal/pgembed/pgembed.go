@@ -388,6 +388,19 @@ func childCredential() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
+// serverEnv is the caller's environment without the libpq and server
+// variables (PGPORT, PGDATA, PGOPTIONS, …): an on-call shell sets them for
+// another server, and initdb and postgres would take them for their own.
+func serverEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PG") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
 // command prepares a child in its own process group (so a Ctrl-C at the
 // terminal does not reach it before the caller can stop it cleanly), running
 // as cred, in the temporary directory (a cwd the unprivileged user can read).
@@ -399,7 +412,7 @@ func (s *Server) command(ctx context.Context, out io.Writer, cred *syscall.Crede
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	cmd.Dir = s.rootDir
-	cmd.Env = append(os.Environ(), "PWD="+s.rootDir, "LC_ALL=C")
+	cmd.Env = append(serverEnv(), "PWD="+s.rootDir, "LC_ALL=C")
 	cmd.Stdout = out
 	cmd.Stderr = out
 	cmd.WaitDelay = waitDelay

@@ -109,7 +109,7 @@ func MigratedSchema(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	if _, err := migrations.Apply(context.Background(), cfg, schema); err != nil {
+	if _, err := migrations.Apply(context.Background(), cfg, schema, migrations.Options{}); err != nil {
 		t.Fatalf("pgtest: migrate: %v", err)
 	}
 	return schema
