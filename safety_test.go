@@ -99,7 +99,7 @@ func TestLoadCommandsIgnoreTheEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	envs := map[string]map[string]string{
-		"PG*": {"PGHOST": cfg.Host, "PGPORT": strconv.Itoa(int(cfg.Port)), "PGUSER": cfg.User, "PGDATABASE": cfg.Database, "PGDATA": "/nonexistent/prod"},
+		"PG*":          {"PGHOST": cfg.Host, "PGPORT": strconv.Itoa(int(cfg.Port)), "PGUSER": cfg.User, "PGDATABASE": cfg.Database, "PGDATA": "/nonexistent/prod"},
 		"DATABASE_URL": {"DATABASE_URL": dsn},
 	}
 	for name, env := range envs {

@@ -282,7 +282,9 @@ func TestSchemaNamesThatNeedQuotes(t *testing.T) {
 	conn := pgtest.Conn(t, "public")
 	for _, name := range []string{"MyPool", "select"} {
 		name := name + "_" + strings.ToLower(strings.ReplaceAll(t.Name(), "Test", ""))[:6]
-		t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE") })
+		t.Cleanup(func() {
+			_, _ = conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
+		})
 		for i := 0; i < 2; i++ {
 			res, err := migrations.Apply(ctx, config(t), name, migrations.Options{})
 			if err != nil || res.Version != 1 {
