@@ -55,10 +55,8 @@ type Config struct {
 	// poll (up to 256); past twice that, it halves them (down to 1).
 	// Default 1 ms.
 	CountBudget time.Duration
-	// PendingCap bounds the PENDING rows counted exactly per poll; default 100,000.
-	PendingCap int
-	Alerts     AlertConfig
-	Workload   WorkloadSource
+	Alerts      AlertConfig
+	Workload    WorkloadSource
 }
 
 // Limits of the poll interval the callers (watch, the dashboard) offer.
@@ -79,9 +77,6 @@ func (c *Config) defaults() error {
 	}
 	if c.CountBudget == 0 {
 		c.CountBudget = time.Millisecond
-	}
-	if c.PendingCap == 0 {
-		c.PendingCap = 100_000
 	}
 	a := &c.Alerts
 	if a.LockWait == 0 {
@@ -124,6 +119,9 @@ func ParseTable(s string) (schema, table string, err error) {
 // target is what the collector learned about the table once, at start.
 type target struct {
 	oid          uint32
+	leaves       []uint32 // the table, or its partitions: where rows and statistics live
+	leafNames    []string
+	partitioned  bool
 	ledgerOID    uint32 // 0 when there is no business_ledger beside it
 	qualified    string // quoted schema.table
 	schema, name string
@@ -144,7 +142,9 @@ type Collector struct {
 	pool *pgxpool.Pool
 	t    target
 
-	unused unusedCounter
+	unused  unusedCounter
+	pending pendingCounter
+	census  census
 
 	mu     sync.Mutex // guards what follows
 	series map[string]*Ring
@@ -207,6 +207,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		pool.Close()
 		return nil, err
 	}
+	c.census.byTID = c.t.version >= 140000
 	return c, nil
 }
 
@@ -233,14 +234,39 @@ SELECT current_setting('server_version_num')::int, current_setting('server_versi
 	if t.version < 120000 {
 		return fmt.Errorf("PostgreSQL %s is too old: pooltop watch needs 12 or newer", t.versionText)
 	}
+	var kind string
 	err = c.pool.QueryRow(ctx, `
-SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, schema, table).Scan(&t.oid)
+SELECT c.oid, c.relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, schema, table).Scan(&t.oid, &kind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: %s.%s does not exist or this role cannot see it: check --table (schema.table) and the role's privileges", ErrNoTable, schema, table)
 	}
 	if err != nil {
 		return err
+	}
+	t.partitioned = kind == "p"
+	t.leaves, t.leafNames = []uint32{t.oid}, []string{table}
+	if t.partitioned {
+		// Rows, statistics and vacuum live in the partitions; the parent has none.
+		rows, err := c.pool.Query(ctx, `SELECT t.relid::oid, c.relname FROM pg_partition_tree($1::oid::regclass) t
+JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf ORDER BY c.relname`, t.oid)
+		if err != nil {
+			return err
+		}
+		t.leaves, t.leafNames = nil, nil
+		for rows.Next() {
+			var oid uint32
+			var name string
+			if err := rows.Scan(&oid, &name); err != nil {
+				rows.Close()
+				return err
+			}
+			t.leaves, t.leafNames = append(t.leaves, oid), append(t.leafNames, name)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
 	}
 	cols := map[string]bool{}
 	rows, err := c.pool.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, t.oid)
@@ -265,23 +291,25 @@ WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, schema, ta
 	if !can {
 		return fmt.Errorf("this role has no SELECT on %s.%s: grant it (GRANT SELECT ON %s TO …)", schema, table, t.qualified)
 	}
-	// Partial indexes the fast paths rely on.
+	// Partial indexes the fast paths rely on: on id for UNUSED rows, on
+	// leased_until for PENDING rows (as the article and the reaper have them).
 	rows, err = c.pool.Query(ctx, `
-SELECT i.indexrelid::regclass::text, pg_get_expr(i.indpred, i.indrelid)
+SELECT i.indexrelid::regclass::text, pg_get_expr(i.indpred, i.indrelid),
+       coalesce((SELECT attname FROM pg_attribute WHERE attrelid = i.indrelid AND attnum = i.indkey[0]), '')
 FROM pg_index i WHERE i.indrelid = $1 AND i.indpred IS NOT NULL AND i.indisvalid`, t.oid)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
-		var name, pred string
-		if err := rows.Scan(&name, &pred); err != nil {
+		var name, pred, first string
+		if err := rows.Scan(&name, &pred, &first); err != nil {
 			rows.Close()
 			return err
 		}
 		switch {
-		case strings.Contains(pred, "'UNUSED'") && t.unusedIndex == "":
+		case strings.Contains(pred, "'UNUSED'") && first == "id" && t.unusedIndex == "":
 			t.unusedIndex = name
-		case strings.Contains(pred, "'PENDING'") && t.pendingIndex == "":
+		case strings.Contains(pred, "'PENDING'") && first == "leased_until" && t.pendingIndex == "":
 			t.pendingIndex = name
 		}
 	}
@@ -339,18 +367,52 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	}
 	b := &pgx.Batch{}
 	c.queueServer(b, &s)
-	if !c.exactPending() {
-		c.queuePendingEstimate(b, &s)
-	}
 	finish := c.unused.queue(b, c, &s)
+	a := c.cfg.Alerts
+	var pq *pendingQuery
+	var cq *censusQuery
+	if c.byIndex() {
+		pq = c.pending.plan(start, a.ExpiredAfter, c.cfg.StuckAfter)
+		pq.queue(b, c.t.qualified, c.t.hasUpdated, a.ExpiredAfter, c.cfg.StuckAfter, c.pending.slices)
+	} else {
+		cq = c.census.plan()
+		cq.queue(b, &c.census, c.t.qualified, c.t.leaves, c.t.hasLeased, c.t.hasUpdated, a.ExpiredAfter, c.cfg.StuckAfter)
+	}
 	if err := c.pool.SendBatch(ctx, b).Close(); err != nil {
 		return s, fmt.Errorf("poll: %w", err)
 	}
 	finish()
+	var f pendingFigures
+	now := start
+	if pq != nil {
+		f = c.pending.absorb(pq, start, c.cfg.CountBudget)
+		if !pq.serverNow.IsZero() {
+			now = pq.serverNow
+		}
+		c.unused.lowerFloor(f.low, pq.countLive && !f.freed)
+	} else {
+		f = c.census.absorb(cq, start, c.cfg.CountBudget)
+		c.unused.lowerFloor(nil, false)
+		s.Limits = append(s.Limits, fmt.Sprintf("no partial index on PENDING rows: pending, expired and stuck come from reading the table in turn (oldest part %s old); for exact counts at every poll, CREATE INDEX CONCURRENTLY ON %s (leased_until) WHERE status = 'PENDING' (the reaper needs it too)",
+			(time.Duration(f.ageS)*time.Second).String(), c.t.qualified))
+	}
+	p := &s.Pool
+	p.Pending, p.Expired, p.ExpiredOld, p.Stuck = f.pending, f.expired, f.expiredOld, f.stuck
+	p.PendingAgeS = f.ageS
+	if f.oldest != nil {
+		age := now.Sub(*f.oldest).Seconds()
+		p.OldestPendingS = &age
+	}
+	if f.estimated {
+		p.Estimated = append(p.Estimated, "pending", "expired", "stuck")
+	}
+	if c.t.unusedIndex == "" {
+		s.Limits = append(s.Limits, fmt.Sprintf("no partial index on UNUSED rows: UNUSED is counted through the primary key, slowly; claims need it too: CREATE INDEX CONCURRENTLY ON %s (id) WHERE status = 'UNUSED'", c.t.qualified))
+	}
 	// CONSUMED is what remains of the live-tuple count, itself an estimate
 	// kept by the statistics system.
-	s.Pool.Consumed = max(0, s.Pool.Total-s.Pool.Unused-s.Pool.Pending)
-	s.Pool.Estimated = append(s.Pool.Estimated, "consumed")
+	p.Consumed = max(0, p.Total-p.Unused-p.Pending)
+	p.Estimated = append(p.Estimated, "consumed")
 	s.PollMS = float64(time.Since(start).Microseconds()) / 1000
 	if c.cfg.Workload != nil {
 		if _, err := c.cfg.Workload.RefreshOrphans(ctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -363,40 +425,9 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	return s, nil
 }
 
-// exactPending says whether PENDING rows can be counted exactly: through a
-// partial index on them, with the lease columns the figures need.
-func (c *Collector) exactPending() bool {
-	return c.t.pendingIndex != "" && c.t.hasLeased && c.t.hasUpdated
-}
-
-// queuePendingEstimate reads PENDING from the planner's statistics, for a
-// table without the partial index on PENDING rows (the exact figures are
-// read with the UNUSED counts, see unusedCounter.queue).
-func (c *Collector) queuePendingEstimate(b *pgx.Batch, s *Snapshot) {
-	// Without an index on PENDING rows an exact count scans the table:
-	// use the planner's statistics instead (as of the last ANALYZE).
-	b.Queue(`
-SELECT coalesce(most_common_vals::text::text[], '{}'), coalesce(most_common_freqs, '{}'),
-       (SELECT coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = $3)
-FROM pg_stats WHERE schemaname = $1 AND tablename = $2 AND attname = 'status'`, c.t.schema, c.t.name, c.t.oid).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var vals []string
-			var freqs []float32
-			var live int64
-			if err := rows.Scan(&vals, &freqs, &live); err != nil {
-				return fmt.Errorf("status statistics: %w", err)
-			}
-			for i, v := range vals {
-				if v == "PENDING" && i < len(freqs) {
-					s.Pool.Pending = int64(math.Round(float64(freqs[i]) * float64(live)))
-				}
-			}
-		}
-		return rows.Err()
-	})
-	s.Pool.Estimated = append(s.Pool.Estimated, "pending", "expired", "stuck")
-	s.Limits = append(s.Limits, "no partial index on PENDING rows: pending, expired and stuck are estimates from the last ANALYZE")
-}
+// byIndex says whether PENDING rows are counted through the partial index
+// on leased_until; without it (or without the column) the table is read in turn.
+func (c *Collector) byIndex() bool { return c.t.pendingIndex != "" && c.t.hasLeased }
 
 // lockRow is one session touching the pool or ledger, as the poll's JSON
 // returns it; WaitMS is null for sessions that do not wait on a lock.
@@ -459,6 +490,9 @@ func locks(rows []lockRow, s *Snapshot) {
 // one statement.
 func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
 	rels := []uint32{c.t.oid}
+	if c.t.partitioned {
+		rels = append(rels, c.t.leaves...)
+	}
 	if c.t.ledgerOID != 0 {
 		rels = append(rels, c.t.ledgerOID)
 	}
@@ -481,8 +515,7 @@ WITH a AS MATERIALIZED (
 ), ws AS (
     SELECT pid, min(waitstart) AS waitstart FROM l WHERE NOT granted GROUP BY pid
 )
-SELECT pg_stat_get_live_tuples($1), pg_stat_get_dead_tuples($1), pg_stat_get_autovacuum_count($1),
-       pg_stat_get_last_autovacuum_time($1),
+SELECT st.live, st.dead, st.autovac, st.last,
        v.phase, v.heap_blks_total, v.heap_blks_scanned, v.heap_blks_vacuumed,
        x.pid, x.app, x.state, x.age, x.xact_s,
        (SELECT count(*) FROM a WHERE backend_type = 'client backend'),
@@ -493,16 +526,22 @@ SELECT pg_stat_get_live_tuples($1), pg_stat_get_dead_tuples($1), pg_stat_get_aut
             'wait_ms', CASE WHEN a.wait_event_type = 'Lock' THEN extract(epoch FROM clock_timestamp() - coalesce(ws.waitstart, a.state_change)) * 1000 END,
             'blocked_by', CASE WHEN a.wait_event_type = 'Lock' THEN pg_blocking_pids(a.pid) END,
             'query', left(coalesce(a.query, ''), 300)))
-        FROM a JOIN (SELECT DISTINCT pid FROM l WHERE relation = ANY($2::oid[])) AS t ON t.pid = a.pid
+        FROM a JOIN (SELECT DISTINCT pid FROM l WHERE relation = ANY($1::oid[])) AS t ON t.pid = a.pid
         LEFT JOIN ws ON ws.pid = a.pid
-        WHERE a.pid <> pg_backend_pid())
-FROM (SELECT 1) AS one
+        WHERE a.pid <> pg_backend_pid()),
+       w.o, w.live, w.dead
+FROM (SELECT sum(pg_stat_get_live_tuples(o))::bigint AS live, sum(pg_stat_get_dead_tuples(o))::bigint AS dead,
+             sum(pg_stat_get_autovacuum_count(o))::bigint AS autovac, max(pg_stat_get_last_autovacuum_time(o)) AS last
+      FROM unnest($2::oid[]) AS o) AS st
 LEFT JOIN (SELECT phase, heap_blks_total, heap_blks_scanned, heap_blks_vacuumed
-           FROM pg_stat_progress_vacuum WHERE relid = $1 LIMIT 1) AS v ON true
+           FROM pg_stat_progress_vacuum WHERE relid = ANY($2::oid[]) LIMIT 1) AS v ON true
+LEFT JOIN (SELECT o, pg_stat_get_live_tuples(o) AS live, pg_stat_get_dead_tuples(o) AS dead FROM unnest($2::oid[]) AS o
+           WHERE $3::boolean ORDER BY pg_stat_get_dead_tuples(o)::float8 / greatest(1, pg_stat_get_live_tuples(o) + pg_stat_get_dead_tuples(o)) DESC, o
+           LIMIT 1) AS w ON true
 LEFT JOIN (SELECT pid, coalesce(application_name, '') AS app, coalesce(state, '') AS state,
                   age(backend_xmin)::bigint AS age, extract(epoch FROM now() - xact_start)::float8 AS xact_s
            FROM a WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
-           ORDER BY age(backend_xmin) DESC LIMIT 1) AS x ON true`, waitStart), c.t.oid, rels).QueryRow(func(row pgx.Row) error {
+           ORDER BY age(backend_xmin) DESC LIMIT 1) AS x ON true`, waitStart), rels, c.t.leaves, c.t.partitioned).QueryRow(func(row pgx.Row) error {
 		var live, dead, autovac *int64
 		var phase *string
 		var total, scanned, vacuumed *int64
@@ -511,9 +550,23 @@ LEFT JOIN (SELECT pid, coalesce(application_name, '') AS app, coalesce(state, ''
 		var xage *int64
 		var xs *float64
 		var waits []byte
+		var worst *uint32
+		var wlive, wdead *int64
 		if err := row.Scan(&live, &dead, &autovac, &s.LastAutovacuum, &phase, &total, &scanned, &vacuumed,
-			&xpid, &xapp, &xstate, &xage, &xs, &s.Connections, &s.MaxConnections, &waits); err != nil {
+			&xpid, &xapp, &xstate, &xage, &xs, &s.Connections, &s.MaxConnections, &waits, &worst, &wlive, &wdead); err != nil {
 			return fmt.Errorf("server statistics: %w", err)
+		}
+		if worst != nil {
+			p := &PartitionDead{Partitions: len(c.t.leaves), Dead: deref(wdead), Live: deref(wlive)}
+			for i, o := range c.t.leaves {
+				if o == *worst {
+					p.Name = c.t.leafNames[i]
+				}
+			}
+			if tot := p.Dead + p.Live; tot > 0 {
+				p.DeadRatio = float64(p.Dead) / float64(tot)
+			}
+			s.WorstPartition = p
 		}
 		var rows []lockRow
 		if len(waits) > 0 {

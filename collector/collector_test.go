@@ -105,8 +105,8 @@ func TestCountsOfAKnownPool(t *testing.T) {
 	if has(p.Estimated, "unused") || has(p.Estimated, "pending") || !has(p.Estimated, "consumed") {
 		t.Fatalf("estimated %v: unused and pending are exact here, consumed derives from statistics", p.Estimated)
 	}
-	if p.OldestPendingS == nil || *p.OldestPendingS < 20*60-5 {
-		t.Fatalf("oldest pending %v, want about 20 minutes", p.OldestPendingS)
+	if p.OldestPendingS == nil || *p.OldestPendingS < 10*60-5 || *p.OldestPendingS > 10*60+5 { // since the oldest lease expired
+		t.Fatalf("oldest pending %v, want about 10 minutes", *p.OldestPendingS)
 	}
 	var reaper *collector.Alert
 	for i := range s.Alerts {
@@ -397,8 +397,11 @@ func TestSeedOnlyTableInAnotherSchemaWithMinimalRole(t *testing.T) {
 	u.User = url.User(role)
 	c := b.collector(t, collector.Config{DSN: u.String(), Table: ops + ".resource_pool"})
 	s := pollUntil(t, c, "seed-only pool", func(s collector.Snapshot) bool { return s.LiveTuples == 300 })
-	if s.Pool.Unused != 270 || s.Pool.Pending != 30 || !has(s.Pool.Estimated, "pending") {
-		t.Fatalf("pool %+v", s.Pool)
+	// No partial index on PENDING rows: a table this small is read whole at
+	// every poll, so the figures are exact, and the remedy is named.
+	if s.Pool.Unused != 270 || s.Pool.Pending != 30 || has(s.Pool.Estimated, "pending") ||
+		!strings.Contains(strings.Join(s.Limits, " "), "(leased_until) WHERE status = 'PENDING'") {
+		t.Fatalf("pool %+v, limits %v", s.Pool, s.Limits)
 	}
 	if info := c.Info(); !info.Monitor || strings.Contains(info.Host, "@") {
 		t.Fatalf("info %+v", info)

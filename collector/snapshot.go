@@ -13,15 +13,19 @@ type Pool struct {
 	Pending  int64 `json:"pending"`
 	Expired  int64 `json:"expired"` // PENDING whose lease has passed, not yet reaped
 	Consumed int64 `json:"consumed"`
-	// Stuck: PENDING rows unchanged for longer than the stuck threshold,
-	// leased or not: catches pools that use no leases at all.
+	// Stuck: PENDING rows nothing will free: a lease expired longer ago than
+	// the stuck threshold, or no lease and unchanged for that long (pools
+	// that use no leases at all leak these).
 	Stuck int64 `json:"stuck"`
 	// ExpiredOld: expired for longer than a reaper interval (the reaper lags).
-	ExpiredOld     int64    `json:"expired_old"`
+	ExpiredOld int64 `json:"expired_old"`
+	// OldestPendingS: how long the longest-waiting PENDING row that nothing
+	// frees has waited: since its lease expired, or, without a lease, since
+	// it last changed. Null when there is none.
 	OldestPendingS *float64 `json:"oldest_pending_s"`
-	PendingCapped  bool     `json:"pending_capped,omitempty"` // more PENDING rows than were counted
-	Estimated      []string `json:"estimated"`                // which of the counts above are estimates
-	UnusedAgeS     float64  `json:"unused_age_s"`             // age of the oldest part of the rolling UNUSED recount
+	Estimated      []string `json:"estimated"`     // which of the counts above are estimates
+	UnusedAgeS     float64  `json:"unused_age_s"`  // age of the oldest part of the rolling UNUSED recount
+	PendingAgeS    float64  `json:"pending_age_s"` // age of the oldest part of the PENDING counts
 	Total          int64    `json:"total"`
 	// unusedDelta is the change of UNUSED since the previous poll, from the
 	// chunks counted in both (valid when haveDelta): the burn rate uses it,
@@ -59,6 +63,15 @@ type VacuumProgress struct {
 	HeapScanned  int64   `json:"heap_blks_scanned"`
 	HeapVacuumed int64   `json:"heap_blks_vacuumed"`
 	Percent      float64 `json:"percent"`
+}
+
+// PartitionDead is one partition's dead and live tuples.
+type PartitionDead struct {
+	Name       string  `json:"name"`
+	Partitions int     `json:"partitions"` // how many partitions the pool has
+	Dead       int64   `json:"dead_tuples"`
+	Live       int64   `json:"live_tuples"`
+	DeadRatio  float64 `json:"dead_ratio"`
 }
 
 // XminHolder is the session holding back the xmin horizon the most: while
@@ -103,7 +116,10 @@ type Snapshot struct {
 	AutovacuumCount int64           `json:"autovacuum_count"`
 	LastAutovacuum  *time.Time      `json:"last_autovacuum"`
 	Vacuum          *VacuumProgress `json:"vacuum"`
-	Xmin            *XminHolder     `json:"xmin_holder"`
+	// WorstPartition, on a partitioned pool (whose figures above are sums
+	// over its partitions), is the partition with the highest dead ratio.
+	WorstPartition *PartitionDead `json:"worst_partition,omitempty"`
+	Xmin           *XminHolder    `json:"xmin_holder"`
 
 	Connections    int `json:"connections"`
 	MaxConnections int `json:"max_connections"`

@@ -38,6 +38,21 @@ type unusedCounter struct {
 	reanchor time.Duration // default reanchor
 }
 
+// lowerFloor adjusts the floor for the next poll from the PENDING figures:
+// ids are returned to the pool from PENDING rows, so the floor is at most the
+// lowest id of a live lease; when PENDING rows elsewhere were freed (by the
+// reaper, or by hand) or the live leases were not counted, the next poll
+// looks from the start of the index.
+func (u *unusedCounter) lowerFloor(low *int64, valid bool) {
+	switch {
+	case !valid:
+		u.floor = nil
+	case u.floor != nil && low != nil && *low < *u.floor:
+		f := *low
+		u.floor = &f
+	}
+}
+
 // reanchor is how often the lowest UNUSED id is looked for from the start of
 // the index all the same, to see ids returned below the floor by hand.
 const reanchor = 30 * time.Second
@@ -67,18 +82,17 @@ func (u *unusedCounter) init(ctx context.Context, c *Collector) error {
 // head chunk from the lowest UNUSED id, counts the lookahead and the sweep's
 // run of chunks, each chunk by a range scan of the partial index (a GROUP BY
 // over one scan would size a hash table for thousands of groups at every
-// execution: a millisecond), and, when the table has the partial index on
-// PENDING rows, reads the PENDING figures.
+// execution: a millisecond).
 //
 // The lowest UNUSED id is looked for from a floor: the index scan from the
 // start would walk every dead entry that claims leave at the head of the
 // partial index until vacuum removes them (up to 2% of the table between
-// autovacuums: milliseconds on ten million rows). An id below both the lowest
-// UNUSED and the lowest PENDING id of one snapshot was CONSUMED then, and the
-// lease protocol never makes a CONSUMED id UNUSED again; so the next poll
-// starts from the lower of the two. Every 30 s, and whenever PENDING was not
-// counted exactly, the scan starts from the beginning, which catches ids
-// returned to the pool by hand.
+// autovacuums: milliseconds on ten million rows). Ids return to the pool
+// only from PENDING rows, and the lease protocol never makes a CONSUMED id
+// UNUSED again; so the next poll starts from the lower of this poll's lowest
+// UNUSED id and the lowest id of a live lease (see lowerFloor), and from the
+// start whenever PENDING rows elsewhere were freed, and every 30 s, which
+// catches ids returned to the pool by hand.
 func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func() {
 	if u.counts == nil {
 		u.counts, u.at, u.per = map[int64]int64{}, map[int64]time.Time{}, 8
@@ -112,32 +126,15 @@ func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func() {
 	} else {
 		u.anchored = now
 	}
-	pending := c.exactPending()
-	pendingCTE := `SELECT NULL::bigint AS n, NULL::bigint AS expired, NULL::bigint AS expired_old, NULL::bigint AS stuck,
-           NULL::float8 AS oldest, NULL::bigint AS low`
 	args := []any{u.width, lo, hi, floor, look}
-	if pending {
-		pendingCTE = fmt.Sprintf(`SELECT count(*) AS n,
-           count(*) FILTER (WHERE leased_until < now()) AS expired,
-           count(*) FILTER (WHERE leased_until < now() - $6::bigint * interval '1 microsecond') AS expired_old,
-           count(*) FILTER (WHERE updated_at < now() - $7::bigint * interval '1 microsecond') AS stuck,
-           extract(epoch FROM now() - min(updated_at))::float8 AS oldest,
-           min(id) AS low
-    FROM (SELECT id, leased_until, updated_at FROM %s WHERE status = 'PENDING' LIMIT %d) AS x`, c.t.qualified, c.cfg.PendingCap+1)
-		args = append(args, c.cfg.Alerts.ExpiredAfter.Microseconds(), c.cfg.StuckAfter.Microseconds())
-	}
 	got := map[int64]int64{}
-	var head, top, low *int64
-	var pn, pexp, pold, pstuck *int64
-	var poldest *float64
+	var head, top *int64
 	b.Queue(fmt.Sprintf(`
 WITH h AS MATERIALIZED (
     SELECT (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED' AND id >= $4::bigint) AS head, (SELECT max(id) FROM %[1]s) AS top
-), p AS MATERIALIZED (
-    %[2]s
 )
-SELECT h.head, h.top, c.k, c.n, p.n, p.expired, p.expired_old, p.stuck, p.oldest, p.low
-FROM h CROSS JOIN p LEFT JOIN LATERAL (
+SELECT h.head, h.top, c.k, c.n
+FROM h LEFT JOIN LATERAL (
     SELECT h.head / $1::bigint AS k,
            (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= h.head AND id < (h.head / $1::bigint + 1) * $1::bigint) AS n
     WHERE $1::bigint > 0 AND h.head IS NOT NULL
@@ -150,10 +147,10 @@ FROM h CROSS JOIN p LEFT JOIN LATERAL (
     SELECT g.k, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= g.k * $1::bigint AND id < (g.k + 1) * $1::bigint)
     FROM generate_series(h.head / $1::bigint + 1, h.head / $1::bigint + $5::bigint) AS g(k)
     WHERE $1::bigint > 0
-) AS c ON true`, c.t.qualified, pendingCTE), args...).Query(func(rows pgx.Rows) error {
+) AS c ON true`, c.t.qualified), args...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k, n *int64
-			if err := rows.Scan(&head, &top, &k, &n, &pn, &pexp, &pold, &pstuck, &poldest, &low); err != nil {
+			if err := rows.Scan(&head, &top, &k, &n); err != nil {
 				return fmt.Errorf("unused ids: %w", err)
 			}
 			if k != nil && n != nil {
@@ -164,23 +161,10 @@ FROM h CROSS JOIN p LEFT JOIN LATERAL (
 	})
 	t0 := time.Now()
 	return func() {
-		exact := false
-		if pending && pn != nil {
-			p := &s.Pool
-			p.Pending, p.Expired, p.ExpiredOld, p.Stuck, p.OldestPendingS = *pn, deref(pexp), deref(pold), deref(pstuck), poldest
-			exact = *pn <= int64(c.cfg.PendingCap)
-			if !exact {
-				p.PendingCapped, p.Pending = true, int64(c.cfg.PendingCap)
-				p.Estimated = append(p.Estimated, "pending")
-			}
-		}
 		u.floor = nil
-		if exact && head != nil {
+		if head != nil {
 			f := *head
-			if low != nil {
-				f = min(f, *low)
-			}
-			u.floor = &f
+			u.floor = &f // lowered or dropped by lowerFloor once PENDING is counted
 		}
 		// Sweep more chunks per poll when polls are cheap, fewer when not.
 		if el := time.Since(t0); el < c.cfg.CountBudget && u.per < maxSweep {

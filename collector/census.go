@@ -1,0 +1,176 @@
+package collector
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// census counts PENDING rows on a pool that has no partial index on them
+// (a pool built after the article has only the one on UNUSED rows): the only
+// way to find them is to read the table. It reads the table a range of pages
+// at a time, as many ranges a poll as the pace allows, and keeps each
+// range's counts; the figures are the sums, as old as the oldest range, and
+// marked estimated with that age. On a small table the whole table is read
+// at every poll and the figures are exact. From PostgreSQL 14 on a range is
+// read by a TID range scan (pages in order, no index); before, by id ranges
+// through the primary key.
+type census struct {
+	byTID  bool
+	width  int64 // pages (TID) or ids per range
+	ranges int64 // ranges in the table at the last poll
+	counts map[int64]crange
+	cursor int64
+	per    int64 // ranges read per poll, adapted to the server time it costs
+}
+
+// crange is what one range of the table held when it was read.
+type crange struct {
+	rows, pending, expired, expiredOld, stuck int64
+	oldest                                    *time.Time
+	at                                        time.Time
+}
+
+const (
+	censusPages   = 32   // pages per range (about 2,500 rows of a pool table)
+	censusIDs     = 2048 // ids per range, before PostgreSQL 14
+	censusMaxPer  = 1024
+	censusInitPer = 4
+)
+
+// censusQuery is one poll's plan and results.
+type censusQuery struct {
+	lo, hi int64 // ranges [lo, hi) are read
+	got    map[int64]crange
+	rotMS  float64
+	size   int64 // pages (TID) or the highest id, read in the same statement
+}
+
+func (c *census) plan() *censusQuery {
+	if c.counts == nil {
+		c.counts, c.per = map[int64]crange{}, censusInitPer
+		c.width = censusIDs
+		if c.byTID {
+			c.width = censusPages
+		}
+	}
+	if c.ranges <= 0 {
+		return &censusQuery{lo: 0, hi: 1}
+	}
+	if c.cursor >= c.ranges {
+		c.cursor = 0
+	}
+	lo := c.cursor
+	hi := min(lo+c.per, c.ranges)
+	c.cursor = hi
+	return &censusQuery{lo: lo, hi: hi}
+}
+
+// queue adds the census statement to the batch. oids are the relations whose
+// size decides the number of ranges (the table, or its partitions).
+func (q *censusQuery) queue(b *pgx.Batch, c *census, table string, oids []uint32, hasLeased, hasUpdated bool, expiredAfter, stuckAfter time.Duration) {
+	leased, updated := "leased_until", "updated_at"
+	if !hasLeased {
+		leased = "NULL::timestamptz"
+	}
+	if !hasUpdated {
+		updated = "NULL::timestamptz"
+	}
+	pred := "ctid >= format('(%s,0)', g.k * $1::bigint)::tid AND ctid < format('(%s,0)', (g.k + 1) * $1::bigint)::tid"
+	size := "(SELECT max(pg_relation_size(o)) / current_setting('block_size')::bigint FROM unnest($6::oid[]) AS o)"
+	if !c.byTID {
+		pred = "id >= g.k * $1::bigint AND id < (g.k + 1) * $1::bigint"
+		size = fmt.Sprintf("(SELECT coalesce(max(id), 0) + 1 FROM %s)", table)
+	}
+	// A row nothing frees: a lease expired longer ago than the stuck
+	// threshold, or no lease and unchanged for that long.
+	sql := fmt.Sprintf(`
+SELECT clock_timestamp(), %[5]s, ARRAY(SELECT row(g.k, r.rows, r.pending, r.expired, r.expired_old, r.stuck, r.oldest)
+    FROM generate_series($2::bigint, $3::bigint - 1) AS g(k) CROSS JOIN LATERAL (
+        SELECT count(*) AS rows,
+               count(*) FILTER (WHERE status = 'PENDING') AS pending,
+               count(*) FILTER (WHERE status = 'PENDING' AND %[2]s < now()) AS expired,
+               count(*) FILTER (WHERE status = 'PENDING' AND %[2]s < now() - $4::bigint * interval '1 microsecond') AS expired_old,
+               count(*) FILTER (WHERE status = 'PENDING' AND (%[2]s < now() - $5::bigint * interval '1 microsecond'
+                                OR (%[2]s IS NULL AND %[3]s < now() - $5::bigint * interval '1 microsecond'))) AS stuck,
+               min(CASE WHEN %[2]s IS NULL THEN %[3]s ELSE %[2]s END) FILTER (WHERE status = 'PENDING' AND (%[2]s IS NULL OR %[2]s < now())) AS oldest
+        FROM %[1]s WHERE %[4]s) AS r ORDER BY g.k),
+       clock_timestamp()`, table, leased, updated, pred, size)
+	b.Queue(sql, c.width, q.lo, q.hi, expiredAfter.Microseconds(), stuckAfter.Microseconds(), oids).QueryRow(func(row pgx.Row) error {
+		var t0, t1 time.Time
+		var rows []censusRow
+		if err := row.Scan(&t0, &q.size, &rows, &t1); err != nil {
+			return fmt.Errorf("pending ids (table scan): %w", err)
+		}
+		q.got = map[int64]crange{}
+		for _, r := range rows {
+			q.got[r.k] = crange{rows: r.rows, pending: r.pending, expired: r.expired, expiredOld: r.expiredOld, stuck: r.stuck, oldest: finite(r.oldest)}
+		}
+		q.rotMS = float64(t1.Sub(t0).Microseconds()) / 1000
+		return nil
+	})
+}
+
+type censusRow struct {
+	k, rows, pending, expired, expiredOld, stuck int64
+	oldest                                       pgtype.Timestamptz
+}
+
+func (r *censusRow) ScanIndex(i int) any {
+	return []any{&r.k, &r.rows, &r.pending, &r.expired, &r.expiredOld, &r.stuck, &r.oldest}[i]
+}
+
+// absorb keeps the ranges read and returns the figures; ranges never read
+// yet are taken to hold as many PENDING rows per row as those read.
+func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration) pendingFigures {
+	for k, r := range q.got {
+		r.at = now
+		c.counts[k] = r
+	}
+	c.ranges = (q.size + c.width - 1) / c.width
+	for k := range c.counts {
+		if k >= c.ranges {
+			delete(c.counts, k)
+		}
+	}
+	var f pendingFigures
+	var rows int64
+	oldest := now
+	for _, r := range c.counts {
+		f.pending += r.pending
+		f.expired += r.expired
+		f.expiredOld += r.expiredOld
+		f.stuck += r.stuck
+		rows += r.rows
+		if r.oldest != nil && (f.oldest == nil || r.oldest.Before(*f.oldest)) {
+			t := *r.oldest
+			f.oldest = &t
+		}
+		if r.at.Before(oldest) {
+			oldest = r.at
+		}
+	}
+	if missing := c.ranges - int64(len(c.counts)); missing > 0 && len(c.counts) > 0 {
+		scale := float64(c.ranges) / float64(len(c.counts))
+		f.pending = int64(float64(f.pending) * scale)
+		f.expired = int64(float64(f.expired) * scale)
+		f.expiredOld = int64(float64(f.expiredOld) * scale)
+		f.stuck = int64(float64(f.stuck) * scale)
+		f.estimated = true
+	}
+	f.ageS = now.Sub(oldest).Seconds()
+	f.estimated = f.estimated || oldest.Before(now)
+	budget := float64(countBudget.Microseconds()) / 1000
+	switch {
+	case q.rotMS < budget && c.per < censusMaxPer:
+		c.per *= 2
+	case q.rotMS > 2*budget && c.per > 1:
+		c.per /= 2
+	}
+	return f
+}
+
+// ScanNull: a range's row is never NULL.
+func (r *censusRow) ScanNull() error { return nil }
