@@ -129,11 +129,12 @@ func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func() {
 	args := []any{u.width, lo, hi, floor, look}
 	got := map[int64]int64{}
 	var head, top *int64
+	var el time.Duration // the statement's time on the server, which paces the sweep
 	b.Queue(fmt.Sprintf(`
 WITH h AS MATERIALIZED (
-    SELECT (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED' AND id >= $4::bigint) AS head, (SELECT max(id) FROM %[1]s) AS top
+    SELECT clock_timestamp() AS t0, (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED' AND id >= $4::bigint) AS head, (SELECT max(id) FROM %[1]s) AS top
 )
-SELECT h.head, h.top, c.k, c.n
+SELECT h.head, h.top, c.k, c.n, h.t0, clock_timestamp()
 FROM h LEFT JOIN LATERAL (
     SELECT h.head / $1::bigint AS k,
            (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= h.head AND id < (h.head / $1::bigint + 1) * $1::bigint) AS n
@@ -150,16 +151,17 @@ FROM h LEFT JOIN LATERAL (
 ) AS c ON true`, c.t.qualified), args...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k, n *int64
-			if err := rows.Scan(&head, &top, &k, &n); err != nil {
+			var t0, t1 time.Time
+			if err := rows.Scan(&head, &top, &k, &n, &t0, &t1); err != nil {
 				return fmt.Errorf("unused ids: %w", err)
 			}
 			if k != nil && n != nil {
 				got[*k] = *n
 			}
+			el = max(el, t1.Sub(t0))
 		}
 		return rows.Err()
 	})
-	t0 := time.Now()
 	return func() {
 		u.floor = nil
 		if head != nil {
@@ -167,7 +169,7 @@ FROM h LEFT JOIN LATERAL (
 			u.floor = &f // lowered or dropped by lowerFloor once PENDING is counted
 		}
 		// Sweep more chunks per poll when polls are cheap, fewer when not.
-		if el := time.Since(t0); el < c.cfg.CountBudget && u.per < maxSweep {
+		if el < c.cfg.CountBudget && u.per < maxSweep {
 			u.per *= 2
 		} else if el > 2*c.cfg.CountBudget && u.per > 1 {
 			u.per /= 2

@@ -1,0 +1,191 @@
+package collector_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+)
+
+// A shape is a pool as users have them, not only as pooltop builds it.
+type shape struct {
+	name string
+	// ddl creates resource_pool in the current schema; "" uses pooltop's migration.
+	ddl string
+	// interleaved mixes the states over the whole id range (a leak, states
+	// after reaping); otherwise ids are consumed in order from the lowest.
+	interleaved bool
+}
+
+var shapes = []shape{
+	{name: "ordered"},
+	{name: "leak", interleaved: true},
+	{name: "article", interleaved: true, ddl: `
+CREATE TABLE resource_pool (
+    id BIGSERIAL PRIMARY KEY, identifier VARCHAR(255) UNIQUE NOT NULL, status VARCHAR(20) DEFAULT 'UNUSED',
+    leased_until TIMESTAMPTZ, lease_token BIGINT DEFAULT 0, updated_at TIMESTAMPTZ DEFAULT NOW());
+CREATE INDEX idx_resource_unused ON resource_pool (id) WHERE status = 'UNUSED';`},
+	{name: "partitioned", interleaved: true, ddl: `
+CREATE TABLE resource_pool (
+    id bigint NOT NULL, identifier text NOT NULL, status text NOT NULL DEFAULT 'UNUSED',
+    leased_until timestamptz, lease_token bigint NOT NULL DEFAULT 0, updated_at timestamptz DEFAULT now(), holder text,
+    PRIMARY KEY (id)) PARTITION BY HASH (id);
+DO $$ BEGIN FOR i IN 0..7 LOOP
+    EXECUTE format('CREATE TABLE resource_pool_%s PARTITION OF resource_pool FOR VALUES WITH (MODULUS 8, REMAINDER %s)', i, i);
+END LOOP; END $$;
+CREATE INDEX idx_resource_unused ON resource_pool (id) WHERE status = 'UNUSED';
+CREATE INDEX idx_resource_pending_expiry ON resource_pool (leased_until) WHERE status = 'PENDING';`},
+}
+
+// build creates the shape with rows ids in a schema of the test's own and
+// returns the schema. Interleaved: of every ten ids three are CONSUMED, one
+// PENDING and six UNUSED; the PENDING ones take turns at a lease expired an
+// hour ago, no lease (unchanged for an hour), a live lease and a lease
+// expired seconds ago. In order: the lowest 30% CONSUMED, then 0.1%
+// PENDING under live leases, the rest UNUSED.
+func (sh shape) build(tb testing.TB, rows int) string {
+	tb.Helper()
+	ctx := context.Background()
+	var schema string
+	if sh.ddl == "" {
+		schema = pgtest.MigratedSchema(tb)
+	} else {
+		schema = pgtest.Schema(tb)
+		if _, err := pgtest.Conn(tb, schema).Exec(ctx, sh.ddl); err != nil {
+			tb.Fatalf("%s: %v", sh.name, err)
+		}
+	}
+	status := fmt.Sprintf(`CASE WHEN g <= %[1]d * 3 / 10 THEN 'CONSUMED' WHEN g <= %[1]d * 3 / 10 + %[1]d / 1000 THEN 'PENDING' ELSE 'UNUSED' END`, rows)
+	lease := `CASE WHEN s = 'PENDING' THEN now() + interval '1 hour' END`
+	updated := `now()`
+	if sh.interleaved {
+		status = `CASE WHEN g % 10 < 3 THEN 'CONSUMED' WHEN g % 10 = 3 THEN 'PENDING' ELSE 'UNUSED' END`
+		lease = `CASE WHEN s <> 'PENDING' THEN NULL WHEN (g / 10) % 4 = 0 THEN now() - interval '1 hour'
+                      WHEN (g / 10) % 4 = 1 THEN NULL WHEN (g / 10) % 4 = 2 THEN now() + interval '1 hour'
+                      ELSE now() - interval '10 seconds' END`
+		updated = `CASE WHEN s = 'PENDING' AND (g / 10) % 4 < 2 THEN now() - interval '2 hours' ELSE now() END`
+	}
+	conn := pgtest.Conn(tb, schema)
+	for lo := 1; lo <= rows; lo += 1_000_000 {
+		hi := min(lo+999_999, rows)
+		_, err := conn.Exec(ctx, fmt.Sprintf(`
+INSERT INTO resource_pool (id, identifier, status, leased_until, lease_token, updated_at)
+SELECT g, 'res-' || g, s, %s, CASE WHEN s = 'UNUSED' THEN 0 ELSE 1 END, %s
+FROM (SELECT g, %s AS s FROM generate_series(%d::bigint, %d) AS g) AS x`, lease, updated, status, lo, hi))
+		if err != nil {
+			tb.Fatalf("%s: fill: %v", sh.name, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, "VACUUM ANALYZE resource_pool"); err != nil {
+		tb.Fatal(err)
+	}
+	return schema
+}
+
+// truth is the exact count of every figure, by reading the whole table.
+type truth struct{ unused, pending, expired, expiredOld, stuck, consumed int64 }
+
+func countTruth(tb testing.TB, conn *pgx.Conn, stuckAfter, expiredAfter time.Duration) truth {
+	tb.Helper()
+	var t truth
+	err := conn.QueryRow(context.Background(), `
+SELECT count(*) FILTER (WHERE status = 'UNUSED'), count(*) FILTER (WHERE status = 'PENDING'),
+       count(*) FILTER (WHERE status = 'PENDING' AND leased_until < now()),
+       count(*) FILTER (WHERE status = 'PENDING' AND leased_until < now() - $2::bigint * interval '1 microsecond'),
+       count(*) FILTER (WHERE status = 'PENDING' AND (leased_until < now() - $1::bigint * interval '1 microsecond'
+                        OR (leased_until IS NULL AND updated_at < now() - $1::bigint * interval '1 microsecond'))),
+       count(*) FILTER (WHERE status = 'CONSUMED')
+FROM resource_pool`, stuckAfter.Microseconds(), expiredAfter.Microseconds()).
+		Scan(&t.unused, &t.pending, &t.expired, &t.expiredOld, &t.stuck, &t.consumed)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return t
+}
+
+// worstError is the largest relative error of a snapshot against the truth,
+// in percent (an absolute error of one row on a figure of zero counts 100%).
+func worstError(p collector.Pool, t truth) (float64, string) {
+	worst, which := 0.0, ""
+	for _, f := range []struct {
+		name      string
+		got, want int64
+	}{{"unused", p.Unused, t.unused}, {"pending", p.Pending, t.pending}, {"expired", p.Expired, t.expired},
+		{"expired_old", p.ExpiredOld, t.expiredOld}, {"stuck", p.Stuck, t.stuck}, {"consumed", p.Consumed, t.consumed}} {
+		e := 0.0
+		switch {
+		case f.want != 0:
+			e = 100 * math.Abs(float64(f.got-f.want)) / float64(f.want)
+		case f.got != 0:
+			e = 100
+		}
+		if e > worst {
+			worst, which = e, fmt.Sprintf("%s %d, truth %d", f.name, f.got, f.want)
+		}
+	}
+	return worst, which
+}
+
+// Every figure is exact within a few polls on every shape, and again after
+// the pool changes as workers, a reaper and an on-call engineer change it:
+// claims at the head, commits, reaped leases and released ids scattered
+// over the whole id range.
+func TestCountsOnEveryShape(t *testing.T) {
+	for _, sh := range shapes {
+		t.Run(sh.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			schema := sh.build(t, 40_000)
+			conn := pgtest.Conn(t, schema)
+			c, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: schema + ".resource_pool"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			cfg := c.Config()
+			check := func(when string) {
+				t.Helper()
+				var worst float64
+				var which string
+				for i := 0; i < 12; i++ {
+					s, err := c.Poll(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					worst, which = worstError(s.Pool, countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter))
+					if worst == 0 {
+						return
+					}
+				}
+				s, _ := c.Poll(ctx)
+				t.Fatalf("%s, after 12 polls: off by %.2f%% (%s): %+v truth %+v", when, worst, which, s.Pool, countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter))
+			}
+			check("at start")
+			for _, sql := range []string{
+				// claims at the head, under a live lease
+				`UPDATE resource_pool SET status = 'PENDING', leased_until = now() + interval '1 minute', updated_at = now()
+				 WHERE id IN (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 300)`,
+				// commits of live leases
+				`UPDATE resource_pool SET status = 'CONSUMED', updated_at = now()
+				 WHERE id IN (SELECT id FROM resource_pool WHERE status = 'PENDING' AND leased_until > now() ORDER BY id DESC LIMIT 100)`,
+				// the reaper: the oldest expired leases back to the pool
+				`UPDATE resource_pool SET status = 'UNUSED', leased_until = NULL, lease_token = lease_token + 1, updated_at = now()
+				 WHERE id IN (SELECT id FROM resource_pool WHERE status = 'PENDING' AND leased_until < now() ORDER BY leased_until LIMIT 200)`,
+				// by hand: ids held without a lease released, anywhere
+				`UPDATE resource_pool SET status = 'UNUSED', updated_at = now()
+				 WHERE id IN (SELECT id FROM resource_pool WHERE status = 'PENDING' AND leased_until IS NULL AND id % 7 = 0)`,
+			} {
+				if _, err := conn.Exec(ctx, sql); err != nil {
+					t.Fatal(err)
+				}
+			}
+			check("after claims, commits, reaping and releases")
+		})
+	}
+}
