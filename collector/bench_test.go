@@ -190,3 +190,129 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 		b.ReportMetric((overheads[pairs/2-1]+overheads[pairs/2])/2, "overhead_median_%")
 	}
 }
+
+// BenchmarkPollShapes measures, on each shape of shapes (ids consumed in
+// order; a leak of 10% with the states interleaved; the article's schema
+// with no partial index on PENDING rows; 8 hash partitions), in one run: the
+// poll on the idle server, the poll under a 16-client pgbench claim load from
+// another process, the naive GROUP BY status in the same run, how many polls
+// the figures take to come within 2% of the truth, the largest error left a
+// few polls after the load stops, and what polling every second costs the
+// load (median of ten quiet/polled pairs).
+//
+//	POOLTOP_BENCH_ROWS=10000000 go test -run '^$' -bench PollShapes -benchtime 1x -timeout 120m ./collector/
+func BenchmarkPollShapes(b *testing.B) {
+	rows := 1_000_000
+	if s := os.Getenv("POOLTOP_BENCH_ROWS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rows = n
+	}
+	ctx := context.Background()
+	for _, sh := range shapes {
+		b.Run(sh.name, func(b *testing.B) {
+			start := time.Now()
+			schema := sh.build(b, rows)
+			b.Logf("%s: %d rows built in %v", sh.name, rows, time.Since(start).Round(time.Second))
+			conn := pgtest.Conn(b, schema)
+			col, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: schema + ".resource_pool"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer col.Close()
+			cfg := col.Config()
+			poll := func() collector.Snapshot {
+				s, err := col.Poll(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return s
+			}
+			// Polls until the figures are within 2% of the truth, at rest.
+			t0 := countTruth(b, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
+			converge := 0
+			for ; converge < 600; converge++ {
+				if e, _ := worstError(poll().Pool, t0); e < 2 {
+					break
+				}
+			}
+			var idle []float64
+			for j := 0; j < 40; j++ {
+				idle = append(idle, poll().PollMS)
+			}
+			sort.Float64s(idle)
+
+			// The load: an application's claim and commit cycle, as the article writes it.
+			// (One row always comes back, 0 when the pool is empty, which pgbench
+			// would take for an error.)
+			script := "WITH c AS (UPDATE resource_pool SET status = 'PENDING', leased_until = now() + interval '30 seconds', updated_at = now()" +
+				" WHERE id = (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id)" +
+				" SELECT coalesce((SELECT id FROM c), 0) AS id \\gset\n" +
+				"UPDATE resource_pool SET status = 'CONSUMED', updated_at = now() WHERE id = :id;\n"
+			load := func(d time.Duration) float64 {
+				res, err := pgbench.Run(ctx, pgbench.Options{DSN: pgtest.DSN(), Schema: schema, Script: script, Clients: 16, Duration: d})
+				if err != nil {
+					b.Error(err) // may run in a goroutine: no Fatal
+				}
+				return res.TPS
+			}
+			b.ResetTimer()
+			done := make(chan struct{})
+			go func() { load(40 * time.Second); close(done) }()
+			time.Sleep(3 * time.Second) // pgbench connects and reaches its rate
+			t1 := time.Now()
+			if _, err := conn.Exec(ctx, "SELECT status, count(*) FROM resource_pool GROUP BY status"); err != nil {
+				b.Fatal(err)
+			}
+			groupBy := time.Since(t1)
+			var busy []float64
+			for j := 0; j < 60; j++ {
+				busy = append(busy, poll().PollMS)
+				time.Sleep(50 * time.Millisecond)
+			}
+			<-done
+			sort.Float64s(busy)
+			for j := 0; j < 5; j++ {
+				poll()
+				time.Sleep(200 * time.Millisecond)
+			}
+			after, which := worstError(poll().Pool, countTruth(b, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter))
+			b.Logf("%s: largest error after the load: %.2f%% (%s)", sh.name, after, which)
+
+			var overheads []float64
+			stop := make(chan struct{})
+			for k := 0; k < 10; k++ {
+				quiet := load(4 * time.Second)
+				stop = make(chan struct{})
+				go func(stop chan struct{}) {
+					tick := time.NewTicker(time.Second)
+					defer tick.Stop()
+					for {
+						select {
+						case <-stop:
+							return
+						case <-tick.C:
+							if _, err := col.Poll(ctx); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}
+				}(stop)
+				polled := load(4 * time.Second)
+				close(stop)
+				overheads = append(overheads, 100*(quiet-polled)/quiet)
+			}
+			sort.Float64s(overheads)
+			b.ReportMetric(idle[len(idle)/2], "idle_poll_p50_ms")
+			b.ReportMetric(busy[len(busy)/2], "poll_p50_ms")
+			b.ReportMetric(busy[len(busy)*95/100], "poll_p95_ms")
+			b.ReportMetric(float64(groupBy.Microseconds())/1000, "groupby_ms")
+			b.ReportMetric(float64(converge), "polls_to_2%")
+			b.ReportMetric(after, "error_after_load_%")
+			b.ReportMetric((overheads[4]+overheads[5])/2, "overhead_median_%")
+		})
+	}
+}

@@ -389,7 +389,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		if !pq.serverNow.IsZero() {
 			now = pq.serverNow
 		}
-		c.unused.lowerFloor(f.low, pq.countLive && !f.freed)
+		c.unused.lowerFloor(f.low, f.lowKnown && !f.freed)
 	} else {
 		f = c.census.absorb(cq, start, c.cfg.CountBudget)
 		c.unused.lowerFloor(nil, false)

@@ -68,12 +68,15 @@ type pregion struct {
 	at                            time.Time
 	wait                          int // polls until the next count, when the region is large
 	counted                       bool
+	sampled                       bool // stuck and oldest come from part of the region
 }
 
 // Defaults of the PENDING counter.
 const (
 	sliceWidth  = 4096    // entries per slice
-	regionCap   = 20_000  // a region larger than this is counted every n/regionCap polls
+	regionCap   = 50_000  // a region larger than this is counted every n/regionCap polls
+	lowCap      = 64      // the lowest id of the live leases is read while there are at most this many
+	noneSample  = 256     // rows without a lease read from the table per poll, for their age
 	minPending  = 2048    // entries recounted per poll, at least …
 	maxPending  = 262_144 // … and at most
 	liveMargin  = time.Second
@@ -212,16 +215,20 @@ SELECT now(), (SELECT min(leased_until) FROM %[1]s WHERE status = 'PENDING'),
        (SELECT row(count(*), count(*) FILTER (WHERE leased_until < now()),
                    count(*) FILTER (WHERE leased_until < now() - $1::bigint * interval '1 microsecond'),
                    count(*) FILTER (WHERE leased_until < now() - $2::bigint * interval '1 microsecond'),
-                   min(leased_until), min(id))
+                   min(leased_until),
+                   (SELECT min(id) FROM (SELECT id FROM %[1]s WHERE status = 'PENDING' AND $3::boolean
+                                         AND leased_until >= $4::timestamptz ORDER BY leased_until LIMIT %[3]d) AS l))
         FROM %[1]s WHERE status = 'PENDING' AND $3::boolean AND leased_until >= $4::timestamptz),
-       (SELECT row(count(*), count(*) FILTER (WHERE %[2]s < now() - $2::bigint * interval '1 microsecond'), min(%[2]s))
-        FROM %[1]s WHERE status = 'PENDING' AND $5::boolean AND leased_until IS NULL),
+       (SELECT row((SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $5::boolean AND leased_until IS NULL),
+                   count(*), count(*) FILTER (WHERE u < now() - $2::bigint * interval '1 microsecond'), min(u))
+        FROM (SELECT %[2]s AS u FROM %[1]s WHERE status = 'PENDING' AND $5::boolean AND leased_until IS NULL
+              ORDER BY leased_until LIMIT %[4]d) AS x),
        clock_timestamp(),
        ARRAY(SELECT (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND leased_until >= s.lo AND leased_until < s.hi)
              FROM unnest($6::timestamptz[], $7::timestamptz[]) WITH ORDINALITY AS s(lo, hi, i) ORDER BY s.i),
        (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $8::boolean
               AND leased_until >= $9::timestamptz AND leased_until < now() - $2::bigint * interval '1 microsecond'),
-       clock_timestamp()`, table, updated),
+       clock_timestamp()`, table, updated, lowCap+1, noneSample),
 		expiredAfter.Microseconds(), stuckAfter.Microseconds(), q.countLive, q.top, q.countNone, los, his, q.straddle >= 0, slo).QueryRow(func(row pgx.Row) error {
 		var t1, t2 time.Time
 		var live liveRow
@@ -265,14 +272,22 @@ func (r liveRow) region() pregion {
 }
 
 type noneRow struct {
-	n, stuck int64
-	oldest   pgtype.Timestamptz
+	n, sampled, stuck int64
+	oldest            pgtype.Timestamptz
 }
 
-func (r *noneRow) ScanIndex(i int) any { return []any{&r.n, &r.stuck, &r.oldest}[i] }
+func (r *noneRow) ScanIndex(i int) any { return []any{&r.n, &r.sampled, &r.stuck, &r.oldest}[i] }
 
+// region: the count is exact (read from the index alone); how many are
+// stuck and the oldest are read from the table for at most noneSample rows,
+// and scaled up when there are more.
 func (r noneRow) region() pregion {
-	return pregion{n: r.n, stuck: r.stuck, oldest: finite(r.oldest), counted: true}
+	g := pregion{n: r.n, stuck: r.stuck, oldest: finite(r.oldest), counted: true}
+	if r.n > r.sampled && r.sampled > 0 {
+		g.stuck = int64(float64(r.stuck) * float64(r.n) / float64(r.sampled))
+		g.sampled = true
+	}
+	return g
 }
 
 // finite returns the time, nil for NULL; -infinity is the zero time (older
@@ -297,7 +312,8 @@ type pendingFigures struct {
 	// oldest is when the longest-waiting PENDING row nothing frees began to
 	// wait: its lease expired, or, without a lease, it last changed.
 	oldest    *time.Time
-	low       *int64 // lowest id of a live lease (nil when the region was not counted)
+	low       *int64 // lowest id of a live lease
+	lowKnown  bool   // low was read (the live leases were counted, and few)
 	estimated bool
 	ageS      float64
 	freed     bool // a slice or the rows without a lease lost rows since their last count
@@ -374,7 +390,7 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		p.live = q.live
 		p.live.at = at
 		p.live.wait = int(q.live.n / regionCap)
-		f.low = q.live.low
+		f.low, f.lowKnown = q.live.low, q.live.n <= lowCap
 	} else {
 		p.live.wait--
 	}
@@ -416,7 +432,7 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		f.oldest = m
 	}
 	f.ageS = at.Sub(oldest).Seconds()
-	f.estimated = !exact || oldest.Before(at)
+	f.estimated = !exact || oldest.Before(at) || p.none.sampled
 	// Pace: recount more entries a poll while the work is cheap.
 	budget := float64(countBudget.Microseconds()) / 1000
 	switch {

@@ -189,3 +189,65 @@ func TestCountsOnEveryShape(t *testing.T) {
 		})
 	}
 }
+
+// On a partitioned pool the statistics are the partitions' (the parent has
+// none): live and dead tuples are summed, the partition with the most dead
+// tuples is named, and a session waiting on a row lock in a partition is a
+// lock wait on the pool.
+func TestPartitionedPoolStatisticsAndLockWaits(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	schema := shapes[3].build(t, 8000)
+	// Dead tuples in one partition: update its rows twice, on a connection
+	// closed at once (an idle backend may keep its table statistics to
+	// itself for seconds).
+	upd, err := pgx.Connect(ctx, pgtest.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := upd.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "resource_pool_5"}.Sanitize()+" SET updated_at = now()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := upd.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: schema + ".resource_pool", Alerts: collector.AlertConfig{LockWait: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := pollUntil(t, c, "partition statistics", func(s collector.Snapshot) bool {
+		return s.LiveTuples == 8000 && s.DeadTuples > 0 && s.WorstPartition != nil && s.WorstPartition.Name == "resource_pool_5"
+	})
+	if s.WorstPartition.Partitions != 8 || s.WorstPartition.DeadRatio <= 0 || s.Pool.Total != 8000 {
+		t.Fatalf("worst partition %+v, total %d", s.WorstPartition, s.Pool.Total)
+	}
+	holder := pgtest.Conn(t, schema)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // rolled back at the end
+	if _, err := tx.Exec(ctx, "UPDATE resource_pool SET updated_at = now() WHERE id = 42"); err != nil {
+		t.Fatal(err)
+	}
+	waiter := pgtest.Conn(t, schema)
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Exec(ctx, "UPDATE resource_pool SET updated_at = now() WHERE id = 42")
+		done <- err
+	}()
+	s = pollUntil(t, c, "a waiter on a partition's row", func(s collector.Snapshot) bool { return s.LockWaiters == 1 && s.LockWaitMaxMS > 60 })
+	if len(s.Blockers) != 1 {
+		t.Fatalf("blockers %+v", s.Blockers)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -179,8 +179,12 @@ func (m Model) viewPool(w int) string {
 	if s.Workload != nil {
 		leaked = " · leaked " + formatInt(int64(s.Workload.DeadHeld))
 	}
-	nums := fmt.Sprintf("█ UNUSED %s%s · ▓ PENDING %s%s · ▒ expired %s · ░ CONSUMED %s%s · stuck %s%s · %s",
-		est(s, "unused"), formatInt(p.Unused), est(s, "pending"), formatInt(p.Pending), formatInt(p.Expired),
+	pendingAge := ""
+	if est(s, "pending") != "" && p.PendingAgeS >= 5 {
+		pendingAge = " (" + shortDuration(p.PendingAgeS) + " old)"
+	}
+	nums := fmt.Sprintf("█ UNUSED %s%s · ▓ PENDING %s%s%s · ▒ expired %s · ░ CONSUMED %s%s · stuck %s%s · %s",
+		est(s, "unused"), formatInt(p.Unused), est(s, "pending"), formatInt(p.Pending), pendingAge, formatInt(p.Expired),
 		est(s, "consumed"), formatInt(p.Consumed), formatInt(p.Stuck), leaked, eta)
 	return bar.String() + "\n" + pad(nums, w)
 }
@@ -211,6 +215,9 @@ func (m Model) charts() []chartSpec {
 	if snap != nil {
 		lockTitle += fmt.Sprintf("  %d waiting", snap.LockWaiters)
 		deadTitle += fmt.Sprintf("  %.0f%%", 100*snap.DeadRatio)
+		if w := snap.WorstPartition; w != nil {
+			deadTitle += fmt.Sprintf("  worst %s %.0f%%", sanitize(w.Name), 100*w.DeadRatio)
+		}
 		if snap.Vacuum != nil {
 			deadTitle += fmt.Sprintf("  vacuum %s %.0f%%", snap.Vacuum.Phase, snap.Vacuum.Percent)
 		}
