@@ -373,7 +373,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	var cq *censusQuery
 	if c.byIndex() {
 		pq = c.pending.plan(start, a.ExpiredAfter, c.cfg.StuckAfter)
-		pq.queue(b, c.t.qualified, c.t.hasUpdated, a.ExpiredAfter, c.cfg.StuckAfter, c.pending.slices)
+		pq.queue(b, c.t.qualified, c.t.pendingIndex, c.t.hasUpdated, c.pending.slices)
 	} else {
 		cq = c.census.plan()
 		cq.queue(b, &c.census, c.t.qualified, c.t.leaves, c.t.hasLeased, c.t.hasUpdated, a.ExpiredAfter, c.cfg.StuckAfter)
@@ -386,8 +386,8 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	now := start
 	if pq != nil {
 		f = c.pending.absorb(pq, start, c.cfg.CountBudget)
-		if !pq.serverNow.IsZero() {
-			now = pq.serverNow
+		if !pq.server.IsZero() {
+			now = pq.server
 		}
 		c.unused.lowerFloor(f.low, f.lowKnown && !f.freed)
 	} else {

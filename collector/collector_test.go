@@ -146,9 +146,10 @@ func TestRollingUnusedCountConverges(t *testing.T) {
 }
 
 // The lowest UNUSED id is looked for from a floor (the lower of the lowest
-// UNUSED and lowest PENDING id of the previous poll): leases released below
-// the head are counted at the next poll, and ids put back by hand below the
-// floor, which the lease protocol never does, at the next re-anchoring.
+// UNUSED id and the lowest id of a live lease, at the previous poll): leases
+// released below the head are counted at the next poll, and ids put back by
+// hand below the floor, which the lease protocol never does, at the next
+// re-anchoring.
 func TestUnusedHeadFloor(t *testing.T) {
 	b := setup(t, 5000)
 	b.exec(t, `UPDATE resource_pool SET status = 'CONSUMED' WHERE id <= 300`)
@@ -176,6 +177,7 @@ func TestUnusedHeadFloor(t *testing.T) {
 		}
 	}
 	poll(4650, "50 leases released")
+	poll(4650, "nothing changed") // freed leases make the next poll look from the start: this one sets the floor again
 	// By hand, CONSUMED ids become UNUSED below the floor: not seen until the
 	// scan starts from the beginning again.
 	b.exec(t, `UPDATE resource_pool SET status = 'UNUSED' WHERE id > 100 AND id <= 120`)

@@ -9,132 +9,140 @@ import (
 )
 
 // pendingCounter counts PENDING rows through the partial index on
-// leased_until WHERE status = 'PENDING', exactly and without counting them
-// all at every poll: during a leak a pool holds a million PENDING rows, and
+// leased_until WHERE status = 'PENDING', exactly, without reading them all
+// at every poll: during a leak a pool holds a million PENDING rows, and
 // reading them all each second would cost the server more than the workers.
 //
-// The index's key space is cut at a boundary, top, that follows the clock a
-// little behind it:
+// The index's keys (lease expiries) are cut into slices of about sliceWidth
+// entries, found by walking the index in key order. A slice changes only
+// where leases are taken, renewed, committed or freed, and the count of one
+// costs a few thousand index entries, so each poll recounts:
 //
-//   - the live region, leases that expire at or after top (the leases in
-//     flight and the ones that just expired), is counted at every poll: it
-//     is where claims, renewals and commits happen;
-//   - leases without an expiry (claimed with no lease) are counted at every
-//     poll too, with their age, since nothing ever frees them;
-//   - below top, the expired leases are cut into slices of a few thousand
-//     entries, found by walking the index from the last boundary. They
-//     change only when the reaper (from the oldest, so the first slice is
-//     recounted at every poll) or a person frees them; the others are
-//     recounted in turn, as many entries a poll as the pace allows.
+//   - the first slice, where the reaper frees the oldest leases;
+//   - the last slice, where new and renewed leases land;
+//   - in the slices that hold now, now minus the reaper interval and now
+//     minus the stuck threshold, their entries below that time: every slice
+//     below such a cut has expired by it, so "expired", "expired longer than
+//     a reaper interval" and "expired longer than the stuck threshold" are
+//     sums of slices plus one split each;
+//   - then the others in turn, as many entries a poll as the pace allows.
 //
-// Every slice lies below top, so every lease in one has expired, and for
-// longer than the reaper's interval. Expired for longer than the stuck
-// threshold is the sum of the slices below that age plus one count of the
-// slice that straddles it, made at every poll.
-//
-// Regions larger than the per-poll cap are counted every few polls instead
-// of every poll; their figures in between are marked estimated, with their
-// age.
+// A slice that grows past twice the width is cut again by a walk. Until the
+// first walks have covered the index, the part not walked is estimated from
+// the index's size in the catalog. Leases that never expire (infinity) are
+// counted apart, in one index descent; PENDING rows without a lease are
+// counted from the index at every poll (every few polls when there are very
+// many), and how long they have waited is read from a sample of them.
 type pendingCounter struct {
-	width  int       // entries per new slice, and the walk of one discovery step
-	per    int64     // entries recounted per poll in turn (the pace, adapted)
-	top    time.Time // zero until the first poll
-	slices []pslice  // contiguous, ascending; the first starts at -infinity
-	edge   *time.Time
+	per    int64    // entries walked, and entries recounted in turn, per poll: the pace
+	slices []pslice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
 	cursor int
-	live   pregion
-	none   pregion // PENDING without a lease
-	// skew is the server's clock minus ours, from the last poll: slices are
-	// cut on the server's clock.
-	skew time.Duration
+	none   pregion       // PENDING without a lease
+	skew   time.Duration // the server's clock minus ours, from the last poll
 }
 
-// pslice is the PENDING rows whose lease expires in [lo, hi); lo nil is
-// -infinity. n is their count at time at.
+// pslice holds the PENDING rows whose lease expires in [lo, hi); a nil lo is
+// -infinity, a nil hi is +infinity (leases at infinity itself are counted
+// apart). n is their count at time at; known is false while the slice has
+// not been counted (the part of the index not walked yet).
 type pslice struct {
-	lo   *time.Time
-	hi   time.Time
-	n    int64
-	at   time.Time
-	seen bool // counted at least once
+	lo, hi *time.Time
+	n      int64
+	at     time.Time
+	known  bool
 }
 
-// pregion is a region counted as a whole: the live leases, or the rows
-// without a lease.
+// run says whether the slice holds a single key (many leases set in one
+// statement share it): it cannot be cut further.
+func (s pslice) run() bool {
+	return s.lo != nil && s.hi != nil && s.hi.Sub(*s.lo) <= time.Microsecond
+}
+
+// pregion is the PENDING rows without a lease.
 type pregion struct {
-	n, expired, expiredOld, stuck int64
-	oldest                        *time.Time // oldest updated_at (no lease) or lease expiry (live)
-	low                           *int64     // lowest id (live region), for the UNUSED head's floor
-	at                            time.Time
-	wait                          int // polls until the next count, when the region is large
-	counted                       bool
-	sampled                       bool // stuck and oldest come from part of the region
+	n, stuck int64
+	oldest   *time.Time // the oldest updated_at
+	at       time.Time
+	wait     int  // polls until the next count, when there are very many
+	counted  bool // counted at least once
+	sampled  bool // stuck and oldest come from part of them
 }
 
-// Defaults of the PENDING counter.
+// Tuning of the PENDING counter.
 const (
-	sliceWidth  = 4096    // entries per slice
-	regionCap   = 50_000  // a region larger than this is counted every n/regionCap polls
+	sliceWidth  = 1024    // entries per slice
+	noneCap     = 2048    // more rows without a lease than this are counted every n/noneCap polls
 	lowCap      = 64      // the lowest id of the live leases is read while there are at most this many
 	noneSample  = 256     // rows without a lease read from the table per poll, for their age
-	minPending  = 2048    // entries recounted per poll, at least …
+	minPending  = 1024    // entries walked or recounted in turn per poll, at least …
 	maxPending  = 262_144 // … and at most
-	liveMargin  = time.Second
-	initPending = 16_384
+	initPending = 65_536
 )
 
 // pendingQuery is the plan of one poll's PENDING statements, and their results.
 type pendingQuery struct {
-	top        time.Time // the live region's lower bound this poll
-	countLive  bool
-	countNone  bool
-	discover   bool
-	walk       int64      // entries the discovery walk reads at most
-	from, upto *time.Time // the discovery walk: [from, upto)
-	recount    []int      // indexes of the slices recounted
-	straddle   int        // slice holding now - stuck (-1: none); recounted and split
-	stuckAt    time.Time  // the stuck boundary on the server's clock
+	cuts    [3]time.Time // now, now - reaper interval, now - stuck threshold (server clock)
+	walkAt  int          // slice cut again by the walk (-1: none)
+	walk    int64        // entries the walk reads at most
+	recount []int        // slices recounted
+	cutIn   [3]int       // slice holding each cut (-1: none)
+	cutOn   [3]bool      // the slice holding the cut is split at it (not for runs or slices not counted)
+	none    bool         // count the rows without a lease
 
 	// results
-	walked     int64       // entries the walk read (walk+1: it stopped before upto)
-	walkStuck  int64       // of which expired before stuckAt
-	first      *time.Time  // the walk's first key
-	bounds     []time.Time // first key of each slice after the first, from the walk
-	ranks      []int64     // position (from 1) of each bound's first entry in the walk
-	counts     []int64
-	split      int64 // entries of the straddling slice expired before stuckAt
-	live, none pregion
-	minLease   *time.Time // the earliest lease expiry of any PENDING row
-	serverNow  time.Time
-	rotMS      float64 // server time of the walk and the recounts
+	walked   int64       // entries the walk read (walk+1: it stopped before the slice's end)
+	first    *time.Time  // the walk's first key
+	below    [3]int64    // entries of the walk below each cut
+	bounds   []time.Time // a key every sliceWidth entries of the walk
+	ranks    []int64     // position (from 1) of each bound's first entry in the walk
+	catalog  int64       // index entries according to the catalog (-1: never counted)
+	counts   []int64
+	splits   [3]int64 // entries of each cut's slice below the cut
+	forever  int64    // leases that expire at infinity
+	noneR    pregion
+	minLease *time.Time // the earliest lease expiry
+	low      *int64     // lowest id of the live leases, when there are at most lowCap
+	lowN     int64      // live leases read for low (lowCap+1: more)
+	server   time.Time
+	rotMS    float64 // server time of the walk and the recounts
 }
 
 // plan decides what the next poll counts. now is our clock; expiredAfter and
 // stuckAfter are the alert thresholds.
 func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Duration) *pendingQuery {
-	if p.width == 0 {
-		p.width, p.per = sliceWidth, initPending
+	if p.per == 0 {
+		p.per = initPending
+		p.slices = []pslice{{}}
 	}
 	server := now.Add(p.skew)
-	q := &pendingQuery{straddle: -1, stuckAt: server.Add(-stuckAfter), walk: p.per}
-	// The live region starts a little more than the reaper interval ago, so
-	// that whatever lies below it has expired for longer than that.
-	want := server.Add(-max(expiredAfter, time.Second) - liveMargin)
-	q.countLive = p.live.wait <= 0 || !p.live.counted
-	q.countNone = p.none.wait <= 0 || !p.none.counted
-	q.top = p.top
-	if q.top.IsZero() || (q.countLive && want.After(p.top)) {
-		q.top = want // the band [p.top, want) leaves the live region: it is walked below
+	q := &pendingQuery{walkAt: -1, walk: p.per, cuts: [3]time.Time{server, server.Add(-expiredAfter), server.Add(-stuckAfter)}}
+	q.none = p.none.wait <= 0 || !p.none.counted
+	// Walked: a slice holding a cut that grew too wide (its split would cost
+	// more and more), else the first slice not counted yet, else the first
+	// that grew too wide.
+	wide := func(s pslice) bool { return s.known && s.n > 2*sliceWidth && !s.run() }
+	for i, s := range p.slices {
+		for _, cut := range q.cuts {
+			if q.walkAt < 0 && wide(s) && (s.lo == nil || !s.lo.After(cut)) && (s.hi == nil || s.hi.After(cut)) {
+				q.walkAt = i
+			}
+		}
 	}
-	// Walk the index from the edge of the slices up to the live region.
-	if p.edge == nil || p.edge.Before(q.top) {
-		q.discover, q.from, q.upto = true, p.edge, &q.top
+	for i, s := range p.slices {
+		if q.walkAt < 0 && !s.known {
+			q.walkAt = i
+		}
 	}
-	// The first slice (the reaper works from the oldest lease), the one
-	// straddling the stuck boundary, slices never counted exactly, then the
-	// others in turn.
+	for i, s := range p.slices {
+		if q.walkAt < 0 && wide(s) {
+			q.walkAt = i
+		}
+	}
 	var budget int64
 	add := func(i int) {
+		if i == q.walkAt || !p.slices[i].known {
+			return // the part not walked yet is never counted whole
+		}
 		for _, j := range q.recount {
 			if j == i {
 				return
@@ -143,49 +151,83 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 		q.recount = append(q.recount, i)
 		budget += p.slices[i].n
 	}
-	if len(p.slices) > 0 {
-		add(0)
+	// At every poll, but for runs of one key too long to count each time.
+	every := func(i int) {
+		if p.slices[i].n <= 2*sliceWidth {
+			add(i)
+		}
+	}
+	every(0)
+	every(len(p.slices) - 1)
+	for c, cut := range q.cuts {
+		q.cutIn[c] = -1
 		for i, s := range p.slices {
-			if (s.lo == nil || !s.lo.After(q.stuckAt)) && s.hi.After(q.stuckAt) {
-				q.straddle = i
-				add(i)
-			}
-			if !s.seen {
-				add(i)
+			if (s.lo == nil || !s.lo.After(cut)) && (s.hi == nil || s.hi.After(cut)) {
+				q.cutIn[c] = i // split at the cut below; recounted in turn
 			}
 		}
-		for k := 0; k < len(p.slices) && budget < p.per; k++ {
-			p.cursor = (p.cursor + 1) % len(p.slices)
-			add(p.cursor)
+	}
+	for c, i := range q.cutIn {
+		// A split reads the slice's entries below the cut: bounded while the
+		// slice is (a wide one is walked first, see above).
+		q.cutOn[c] = i >= 0 && i != q.walkAt && p.slices[i].known && (p.slices[i].n <= 8*sliceWidth || !p.slices[i].run())
+	}
+	for i, s := range p.slices {
+		if s.known && s.at.IsZero() {
+			add(i) // a run of one key, never counted
 		}
+	}
+	// The rotation has a budget of its own, and recounts one slice a poll
+	// at least, whatever the fixed recounts above cost.
+	budget = 0
+	for k := 0; k < len(p.slices) && (k == 0 || budget < p.per); k++ {
+		p.cursor = (p.cursor + 1) % len(p.slices)
+		add(p.cursor)
 	}
 	return q
 }
 
-// queue adds the statements to the batch. table is the quoted pool table;
-// hasUpdated says whether it has updated_at (the age of rows without a lease).
-func (q *pendingQuery) queue(b *pgx.Batch, table string, hasUpdated bool, expiredAfter, stuckAfter time.Duration, slices []pslice) {
-	los := make([]pgtype.Timestamptz, len(q.recount))
-	his := make([]time.Time, len(q.recount))
-	for i, k := range q.recount {
-		los[i] = lowerBound(slices[k].lo)
-		his[i] = slices[k].hi
+// bound encodes a slice bound for SQL; nil is -infinity below, +infinity above.
+func bound(t *time.Time, upper bool) pgtype.Timestamptz {
+	switch {
+	case t != nil:
+		return pgtype.Timestamptz{Time: *t, Valid: true}
+	case upper:
+		return pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.Infinity}
 	}
-	var slo pgtype.Timestamptz
-	if q.straddle >= 0 {
-		slo = lowerBound(slices[q.straddle].lo)
+	return pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
+}
+
+// queue adds the statements to the batch. table is the quoted pool table,
+// index the PENDING index (quoted); hasUpdated says whether the table has
+// updated_at (how long rows without a lease have waited).
+func (q *pendingQuery) queue(b *pgx.Batch, table, index string, hasUpdated bool, slices []pslice) {
+	los := make([]pgtype.Timestamptz, len(q.recount))
+	his := make([]pgtype.Timestamptz, len(q.recount))
+	for i, k := range q.recount {
+		los[i], his[i] = bound(slices[k].lo, false), bound(slices[k].hi, true)
+	}
+	var cutLo [3]pgtype.Timestamptz
+	cutOn := q.cutOn
+	for c, i := range q.cutIn {
+		if cutOn[c] {
+			cutLo[c] = bound(slices[i].lo, false)
+		}
+	}
+	var from, upto pgtype.Timestamptz
+	if q.walkAt >= 0 {
+		from, upto = bound(slices[q.walkAt].lo, false), bound(slices[q.walkAt].hi, true)
 	}
 	updated := "updated_at"
 	if !hasUpdated {
 		updated = "NULL::timestamptz"
 	}
-	upto := q.top
-	if q.upto != nil {
-		upto = *q.upto
-	}
-	// The walk reads the index in key order from the edge and returns the
-	// key at every sliceWidth-th entry with the position of its first entry:
-	// consecutive positions give each new slice its exact count, ties included.
+	// The walk reads the index in key order from the slice's start and
+	// returns the key at every sliceWidth-th entry with the position of its
+	// first entry: consecutive positions give each new slice its exact
+	// count, ties included. Elapsed times are measured inside the statements
+	// (clock_timestamp() is read as each output column is computed, left to
+	// right), so that the pace follows the server's work, not the round trip.
 	b.Queue(fmt.Sprintf(`
 WITH w AS MATERIALIZED (
     SELECT leased_until AS k, row_number() OVER (ORDER BY leased_until) AS rn
@@ -194,16 +236,22 @@ WITH w AS MATERIALIZED (
 ), b AS (
     SELECT k, min(rn) AS r FROM w WHERE k IN (SELECT k FROM w WHERE rn > 1 AND rn %% $5::bigint = 1) GROUP BY k HAVING min(rn) > 1
 )
-SELECT clock_timestamp(), (SELECT count(*) FROM w), (SELECT count(*) FROM w WHERE k < $6::timestamptz), (SELECT k FROM w WHERE rn = 1),
-       ARRAY(SELECT k FROM b ORDER BY k), ARRAY(SELECT r FROM b ORDER BY k), clock_timestamp()`, table),
-		q.discover, lowerBound(q.from), upto, q.walk+1, sliceWidth, q.stuckAt).QueryRow(func(row pgx.Row) error {
+SELECT clock_timestamp(), (SELECT count(*) FROM w), (SELECT k FROM w WHERE rn = 1),
+       (SELECT row(count(*) FILTER (WHERE k < $6::timestamptz), count(*) FILTER (WHERE k < $7::timestamptz),
+                   count(*) FILTER (WHERE k < $8::timestamptz)) FROM w),
+       ARRAY(SELECT k FROM b ORDER BY k), ARRAY(SELECT r FROM b ORDER BY k),
+       (SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_partition_tree(%[2]s::regclass) AS t
+        JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf),
+       clock_timestamp()`, table, quoteLiteral(index)),
+		q.walkAt >= 0, from, upto, q.walk+1, sliceWidth, q.cuts[0], q.cuts[1], q.cuts[2]).QueryRow(func(row pgx.Row) error {
 		var t0, t1 time.Time
 		var bounds []pgtype.Timestamptz
 		var first pgtype.Timestamptz
-		if err := row.Scan(&t0, &q.walked, &q.walkStuck, &first, &bounds, &q.ranks, &t1); err != nil {
+		var below belowRow
+		if err := row.Scan(&t0, &q.walked, &first, &below, &bounds, &q.ranks, &q.catalog, &t1); err != nil {
 			return fmt.Errorf("pending ids: walk: %w", err)
 		}
-		q.first = finite(first)
+		q.first, q.below = finite(first), below
 		for _, b := range bounds {
 			q.bounds = append(q.bounds, *finite(b))
 		}
@@ -212,83 +260,49 @@ SELECT clock_timestamp(), (SELECT count(*) FROM w), (SELECT count(*) FROM w WHER
 	})
 	b.Queue(fmt.Sprintf(`
 SELECT now(), (SELECT min(leased_until) FROM %[1]s WHERE status = 'PENDING'),
-       (SELECT row(count(*), count(*) FILTER (WHERE leased_until < now()),
-                   count(*) FILTER (WHERE leased_until < now() - $1::bigint * interval '1 microsecond'),
-                   count(*) FILTER (WHERE leased_until < now() - $2::bigint * interval '1 microsecond'),
-                   min(leased_until),
-                   (SELECT min(id) FROM (SELECT id FROM %[1]s WHERE status = 'PENDING' AND $3::boolean
-                                         AND leased_until >= $4::timestamptz ORDER BY leased_until LIMIT %[3]d) AS l))
-        FROM %[1]s WHERE status = 'PENDING' AND $3::boolean AND leased_until >= $4::timestamptz),
-       (SELECT row((SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $5::boolean AND leased_until IS NULL),
-                   count(*), count(*) FILTER (WHERE u < now() - $2::bigint * interval '1 microsecond'), min(u))
-        FROM (SELECT %[2]s AS u FROM %[1]s WHERE status = 'PENDING' AND $5::boolean AND leased_until IS NULL
+       (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND leased_until = 'infinity'),
+       (SELECT row(count(*), min(id)) FROM (SELECT id FROM %[1]s WHERE status = 'PENDING' AND leased_until >= $1::timestamptz
+                                           ORDER BY leased_until DESC LIMIT %[3]d) AS l),
+       (SELECT row((SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $2::boolean AND leased_until IS NULL),
+                   count(*), count(*) FILTER (WHERE u < $3::timestamptz), min(u))
+        FROM (SELECT %[2]s AS u FROM %[1]s WHERE status = 'PENDING' AND $2::boolean AND leased_until IS NULL
               ORDER BY leased_until LIMIT %[4]d) AS x),
        clock_timestamp(),
        ARRAY(SELECT (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND leased_until >= s.lo AND leased_until < s.hi)
-             FROM unnest($6::timestamptz[], $7::timestamptz[]) WITH ORDINALITY AS s(lo, hi, i) ORDER BY s.i),
-       (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $8::boolean
-              AND leased_until >= $9::timestamptz AND leased_until < now() - $2::bigint * interval '1 microsecond'),
+             FROM unnest($4::timestamptz[], $5::timestamptz[]) WITH ORDINALITY AS s(lo, hi, i) ORDER BY s.i),
+       (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $6::boolean AND leased_until >= $7::timestamptz AND leased_until < $1::timestamptz),
+       (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $8::boolean AND leased_until >= $9::timestamptz AND leased_until < $10::timestamptz),
+       (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $11::boolean AND leased_until >= $12::timestamptz AND leased_until < $3::timestamptz),
        clock_timestamp()`, table, updated, lowCap+1, noneSample),
-		expiredAfter.Microseconds(), stuckAfter.Microseconds(), q.countLive, q.top, q.countNone, los, his, q.straddle >= 0, slo).QueryRow(func(row pgx.Row) error {
+		q.cuts[0], q.none, q.cuts[2], los, his, cutOn[0], cutLo[0], cutOn[1], cutLo[1], q.cuts[1], cutOn[2], cutLo[2]).QueryRow(func(row pgx.Row) error {
 		var t1, t2 time.Time
-		var live liveRow
+		var low lowRow
 		var none noneRow
 		var minLease pgtype.Timestamptz
-		if err := row.Scan(&q.serverNow, &minLease, &live, &none, &t1, &q.counts, &q.split, &t2); err != nil {
+		if err := row.Scan(&q.server, &minLease, &q.forever, &low, &none, &t1, &q.counts, &q.splits[0], &q.splits[1], &q.splits[2], &t2); err != nil {
 			return fmt.Errorf("pending ids: %w", err)
 		}
-		q.live = live.region()
-		q.none = none.region()
+		q.low, q.lowN = low.low, low.n
+		q.noneR = none.region()
 		q.minLease = finite(minLease)
 		q.rotMS += float64(t2.Sub(t1).Microseconds()) / 1000
 		return nil
 	})
 }
 
-// farFuture stands for +infinity where a key must be a time.
+func quoteLiteral(s string) string {
+	out := "'"
+	for _, r := range s {
+		if r == '\'' {
+			out += "'"
+		}
+		out += string(r)
+	}
+	return out + "'"
+}
+
+// farFuture stands for +infinity where a time is needed.
 var farFuture = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
-
-func lowerBound(t *time.Time) pgtype.Timestamptz {
-	if t == nil {
-		return pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
-	}
-	return pgtype.Timestamptz{Time: *t, Valid: true}
-}
-
-// liveRow and noneRow scan the composite values of the two regions; lease
-// times may be infinite, which time.Time cannot hold.
-type liveRow struct {
-	n, expired, expiredOld, stuck int64
-	oldest                        pgtype.Timestamptz
-	low                           *int64
-}
-
-func (r *liveRow) ScanIndex(i int) any {
-	return []any{&r.n, &r.expired, &r.expiredOld, &r.stuck, &r.oldest, &r.low}[i]
-}
-
-func (r liveRow) region() pregion {
-	return pregion{n: r.n, expired: r.expired, expiredOld: r.expiredOld, stuck: r.stuck, oldest: finite(r.oldest), low: r.low, counted: true}
-}
-
-type noneRow struct {
-	n, sampled, stuck int64
-	oldest            pgtype.Timestamptz
-}
-
-func (r *noneRow) ScanIndex(i int) any { return []any{&r.n, &r.sampled, &r.stuck, &r.oldest}[i] }
-
-// region: the count is exact (read from the index alone); how many are
-// stuck and the oldest are read from the table for at most noneSample rows,
-// and scaled up when there are more.
-func (r noneRow) region() pregion {
-	g := pregion{n: r.n, stuck: r.stuck, oldest: finite(r.oldest), counted: true}
-	if r.n > r.sampled && r.sampled > 0 {
-		g.stuck = int64(float64(r.stuck) * float64(r.n) / float64(r.sampled))
-		g.sampled = true
-	}
-	return g
-}
 
 // finite returns the time, nil for NULL; -infinity is the zero time (older
 // than anything), +infinity far in the future.
@@ -306,6 +320,46 @@ func finite(t pgtype.Timestamptz) *time.Time {
 	return &v
 }
 
+// belowRow, lowRow and noneRow scan composite values.
+type belowRow [3]int64
+
+func (r *belowRow) ScanIndex(i int) any { return &r[i] }
+
+// ScanNull: an aggregate's row is never NULL.
+func (r *belowRow) ScanNull() error { return nil }
+
+type lowRow struct {
+	n   int64
+	low *int64
+}
+
+func (r *lowRow) ScanIndex(i int) any { return []any{&r.n, &r.low}[i] }
+
+// ScanNull: an aggregate's row is never NULL.
+func (r *lowRow) ScanNull() error { return nil }
+
+type noneRow struct {
+	n, sampled, stuck int64
+	oldest            pgtype.Timestamptz
+}
+
+func (r *noneRow) ScanIndex(i int) any { return []any{&r.n, &r.sampled, &r.stuck, &r.oldest}[i] }
+
+// ScanNull: an aggregate's row is never NULL.
+func (r *noneRow) ScanNull() error { return nil }
+
+// region: the count is exact (read from the index alone); how many are
+// stuck and the oldest are read from the table for at most noneSample rows,
+// and scaled up when there are more.
+func (r noneRow) region() pregion {
+	g := pregion{n: r.n, stuck: r.stuck, oldest: finite(r.oldest), counted: true}
+	if r.n > r.sampled && r.sampled > 0 {
+		g.stuck = int64(float64(r.stuck) * float64(r.n) / float64(r.sampled))
+		g.sampled = true
+	}
+	return g
+}
+
 // pendingFigures are the PENDING counts of one poll.
 type pendingFigures struct {
 	pending, expired, expiredOld, stuck int64
@@ -313,127 +367,103 @@ type pendingFigures struct {
 	// wait: its lease expired, or, without a lease, it last changed.
 	oldest    *time.Time
 	low       *int64 // lowest id of a live lease
-	lowKnown  bool   // low was read (the live leases were counted, and few)
+	lowKnown  bool   // low covers every live lease (there are few)
 	estimated bool
 	ageS      float64
-	freed     bool // a slice or the rows without a lease lost rows since their last count
+	freed     bool // the reaper's end of the index lost rows since its last count
+	server    time.Time
 }
 
 // absorb takes the results of q into the counter and returns the figures.
 // It is pure: tests drive it without PostgreSQL.
 func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time.Duration) pendingFigures {
-	var f pendingFigures
-	if !q.serverNow.IsZero() {
-		p.skew = q.serverNow.Sub(now)
+	f := pendingFigures{server: q.server}
+	if !q.server.IsZero() {
+		p.skew = q.server.Sub(now)
 	}
-	at := now
-	// Recounted slices (before the discovery appends new ones).
 	for i, k := range q.recount {
-		if i >= len(q.counts) || k >= len(p.slices) {
+		if i >= len(q.counts) {
 			break
 		}
 		s := &p.slices[k]
-		if s.seen && q.counts[i] < s.n {
+		if k == 0 && s.known && q.counts[i] < s.n {
 			f.freed = true
 		}
-		s.n, s.at, s.seen = q.counts[i], at, true
+		s.n, s.at, s.known = q.counts[i], now, true
 	}
-	stuckSlices := int64(0)
-	for k, s := range p.slices {
-		if k == q.straddle {
-			break
-		}
-		if !s.hi.After(q.stuckAt) {
-			stuckSlices += s.n
+	// Figures from the slices as they stand before the walk re-cuts one:
+	// the splits were counted against these slices. Of the walked slice,
+	// the walk itself counted the entries below each cut; what it did not
+	// reach is estimated.
+	var below [3]int64
+	partial := false
+	for c, cut := range q.cuts {
+		for i, s := range p.slices {
+			switch {
+			case s.lo != nil && !s.lo.Before(cut):
+			case i == q.walkAt && s.known && s.hi != nil && !s.hi.After(cut):
+				below[c] += s.n // wholly below the cut: its last count serves
+			case i == q.walkAt:
+				below[c] += q.below[c]
+				partial = partial || q.walked > q.walk && q.below[c] == q.walked
+			case i == q.cutIn[c] && q.cutOn[c]:
+				below[c] += q.splits[c]
+			case i == q.cutIn[c]:
+				partial = true // a run of one key, or not counted: estimated
+				below[c] += s.n
+			case s.hi != nil && !s.hi.After(cut):
+				below[c] += s.n
+			}
 		}
 	}
-	if q.straddle >= 0 {
-		stuckSlices += q.split
+	if q.walkAt >= 0 {
+		p.cut(q, now)
 	}
-	// The walk: new slices [from, b1), [b1, b2), …, and up to upto when it
-	// got there; otherwise the next walk starts again at the last bound.
-	if q.discover {
-		before := int64(0)
-		for _, s := range p.slices {
-			before += s.n
-		}
-		lo, rank := q.from, int64(1)
-		for i, b := range q.bounds {
-			b := b
-			p.slices = append(p.slices, pslice{lo: lo, hi: b, n: q.ranks[i] - rank, at: at, seen: true})
-			lo, rank = &b, q.ranks[i]
-		}
-		switch {
-		case q.walked <= q.walk: // the walk got to the live region
-			p.slices = append(p.slices, pslice{lo: lo, hi: q.top, n: q.walked - rank + 1, at: at, seen: true})
-			e := q.top
-			p.edge = &e
-		case len(q.bounds) > 0:
-			p.edge = lo // the last bound's run may go on past the walk: walked again
-		case q.first != nil:
-			// One key's run fills the whole walk: take the run as a slice,
-			// counted exactly at the next poll.
-			hi := q.first.Add(time.Microsecond)
-			p.slices = append(p.slices, pslice{lo: lo, hi: hi, n: q.walk, at: at})
-			p.edge = &hi
-		}
-		// The walk ran in key order: its entries expired before the stuck
-		// boundary come first, and are in the new slices as far as they go.
-		var added int64
-		for _, s := range p.slices {
-			added += s.n
-		}
-		stuckSlices += min(q.walkStuck, added-before)
-	}
-	if q.countLive {
-		p.top = q.top
-		p.live = q.live
-		p.live.at = at
-		p.live.wait = int(q.live.n / regionCap)
-		f.low, f.lowKnown = q.live.low, q.live.n <= lowCap
-	} else {
-		p.live.wait--
-	}
-	if q.countNone {
-		p.none = q.none
-		p.none.at = at
-		p.none.wait = int(q.none.n / regionCap)
-		if p.none.counted && q.none.n < p.none.n {
-			f.freed = true
-		}
+	p.merge()
+	if q.none {
+		freedNone := p.none.counted && q.noneR.n < p.none.n
+		p.none = q.noneR
+		p.none.at = now
+		p.none.wait = int(q.noneR.n / noneCap)
+		f.freed = f.freed || freedNone
 	} else {
 		p.none.wait--
 	}
-	p.merge()
-	// The figures.
-	var below int64
-	oldest := at
-	exact := p.edge != nil && !p.edge.Before(p.top)
+	var keyed int64
+	oldest := now
+	exact := true
 	for _, s := range p.slices {
-		below += s.n
-		if !s.seen {
-			exact = false
-		}
+		keyed += s.n
+		exact = exact && s.known
 		if s.at.Before(oldest) {
 			oldest = s.at
 		}
 	}
-	for _, r := range []pregion{p.live, p.none} {
-		if r.at.Before(oldest) {
-			oldest = r.at
+	if !exact && q.catalog > keyed+q.forever {
+		// The part of the index not walked yet: as large as the catalog says
+		// the index is, less what the walks found.
+		for i := range p.slices {
+			if !p.slices[i].known {
+				p.slices[i].n = q.catalog - q.forever - (keyed - p.slices[i].n)
+				keyed = q.catalog - q.forever
+				break
+			}
 		}
 	}
-	f.pending = below + p.live.n + p.none.n
-	f.expired = below + p.live.expired
-	f.expiredOld = below + p.live.expiredOld
-	f.stuck = stuckSlices + p.live.stuck + p.none.stuck
+	if p.none.at.Before(oldest) {
+		oldest = p.none.at
+	}
+	f.pending = keyed + q.forever + p.none.n
+	f.expired, f.expiredOld = below[0], below[1]
+	f.stuck = below[2] + p.none.stuck
 	f.oldest = p.none.oldest
-	if m := q.minLease; m != nil && m.Before(q.serverNow) && (f.oldest == nil || m.Before(*f.oldest)) {
+	if m := q.minLease; m != nil && m.Before(q.cuts[0]) && (f.oldest == nil || m.Before(*f.oldest)) {
 		f.oldest = m
 	}
-	f.ageS = at.Sub(oldest).Seconds()
-	f.estimated = !exact || oldest.Before(at) || p.none.sampled
-	// Pace: recount more entries a poll while the work is cheap.
+	f.low, f.lowKnown = q.low, q.lowN <= lowCap && q.lowN == keyed+q.forever-f.expired
+	f.ageS = now.Sub(oldest).Seconds()
+	f.estimated = !exact || partial || oldest.Before(now) || p.none.sampled
+	// Pace: walk and recount more entries a poll while it is cheap.
 	budget := float64(countBudget.Microseconds()) / 1000
 	switch {
 	case q.rotMS < budget && p.per < maxPending:
@@ -444,8 +474,41 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	return f
 }
 
-// merge joins neighbouring slices that have shrunk (the reaper empties them
-// from the oldest), so that their number stays near PENDING / sliceWidth.
+// cut replaces the walked slice by the slices the walk found: [lo, b1),
+// [b1, b2), …, and [bm, hi) when the walk got to hi; otherwise the rest,
+// [bm, hi), is left to the next walk.
+func (p *pendingCounter) cut(q *pendingQuery, now time.Time) {
+	old := p.slices[q.walkAt]
+	var out []pslice
+	lo, rank := old.lo, int64(1)
+	for i, b := range q.bounds {
+		b := b
+		out = append(out, pslice{lo: lo, hi: &b, n: q.ranks[i] - rank, at: now, known: true})
+		lo, rank = &b, q.ranks[i]
+	}
+	switch {
+	case q.walked <= q.walk: // the walk got to the slice's end
+		out = append(out, pslice{lo: lo, hi: old.hi, n: q.walked - rank + 1, at: now, known: true})
+	case len(q.bounds) > 0:
+		out = append(out, pslice{lo: lo, hi: old.hi, at: now}) // walked again from the last bound
+	case q.first != nil:
+		// One key's run fills the whole walk: it becomes a slice of its own,
+		// [key, key + 1µs), counted at the next poll, and the rest is walked.
+		key := *q.first
+		next := key.Add(time.Microsecond)
+		if lo == nil || lo.Before(key) {
+			out = append(out, pslice{lo: lo, hi: &key, at: now, known: true}) // empty
+		}
+		out = append(out, pslice{lo: &key, hi: &next, n: q.walk, known: true}, pslice{lo: &next, hi: old.hi, at: now})
+	default:
+		out = append(out, old)
+	}
+	p.slices = append(p.slices[:q.walkAt], append(out, p.slices[q.walkAt+1:]...)...)
+}
+
+// merge joins neighbouring counted slices that have shrunk (the reaper
+// empties them from the oldest, commits from the newest), so that their
+// number stays near PENDING / sliceWidth.
 func (p *pendingCounter) merge() {
 	if len(p.slices) < 2 {
 		return
@@ -453,7 +516,7 @@ func (p *pendingCounter) merge() {
 	out := p.slices[:1]
 	for _, s := range p.slices[1:] {
 		last := &out[len(out)-1]
-		if last.seen && s.seen && last.n+s.n <= sliceWidth/2 {
+		if last.known && s.known && last.n+s.n <= sliceWidth/2 {
 			last.hi, last.n = s.hi, last.n+s.n
 			if s.at.Before(last.at) {
 				last.at = s.at
@@ -467,9 +530,3 @@ func (p *pendingCounter) merge() {
 		p.cursor = 0
 	}
 }
-
-// ScanNull: the regions' rows are never NULL (an aggregate over no rows is a row of zeros).
-func (r *liveRow) ScanNull() error { return nil }
-
-// ScanNull: see liveRow.
-func (r *noneRow) ScanNull() error { return nil }

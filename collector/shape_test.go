@@ -66,12 +66,24 @@ func (sh shape) build(tb testing.TB, rows int) string {
 	updated := `now()`
 	if sh.interleaved {
 		status = `CASE WHEN g % 10 < 3 THEN 'CONSUMED' WHEN g % 10 = 3 THEN 'PENDING' ELSE 'UNUSED' END`
-		lease = `CASE WHEN s <> 'PENDING' THEN NULL WHEN (g / 10) % 4 = 0 THEN now() - interval '1 hour'
-                      WHEN (g / 10) % 4 = 1 THEN NULL WHEN (g / 10) % 4 = 2 THEN now() + interval '1 hour'
-                      ELSE now() - interval '10 seconds' END`
-		updated = `CASE WHEN s = 'PENDING' AND (g / 10) % 4 < 2 THEN now() - interval '2 hours' ELSE now() END`
+		// Leases taken one by one: each its own expiry, a microsecond apart.
+		lease = `CASE WHEN s <> 'PENDING' THEN NULL WHEN (g / 10) % 4 = 0 THEN now() - interval '1 hour' - g * interval '1 microsecond'
+                      WHEN (g / 10) % 4 = 1 THEN NULL WHEN (g / 10) % 4 = 2 THEN now() + interval '1 hour' - g * interval '1 microsecond'
+                      ELSE now() - interval '10 seconds' - g * interval '1 microsecond' END`
+		updated = `CASE WHEN s = 'PENDING' AND (g / 10) % 4 < 2 THEN now() - interval '2 hours' - g * interval '1 microsecond' ELSE now() END`
 	}
-	conn := pgtest.Conn(tb, schema)
+	// Filled on a connection closed before the VACUUM: a backend sends its
+	// table statistics when it goes idle or exits, and counts sent after
+	// the VACUUM would add the rows to the live-tuple count a second time.
+	cfg, err := pgx.ParseConfig(pgtest.DSN())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	for lo := 1; lo <= rows; lo += 1_000_000 {
 		hi := min(lo+999_999, rows)
 		_, err := conn.Exec(ctx, fmt.Sprintf(`
@@ -82,7 +94,10 @@ FROM (SELECT g, %s AS s FROM generate_series(%d::bigint, %d) AS g) AS x`, lease,
 			tb.Fatalf("%s: fill: %v", sh.name, err)
 		}
 	}
-	if _, err := conn.Exec(ctx, "VACUUM ANALYZE resource_pool"); err != nil {
+	if err := conn.Close(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := pgtest.Conn(tb, schema).Exec(ctx, "VACUUM ANALYZE resource_pool"); err != nil {
 		tb.Fatal(err)
 	}
 	return schema
