@@ -70,11 +70,11 @@ type pregion struct {
 
 // Tuning of the PENDING counter.
 const (
-	sliceWidth  = 1024    // entries per slice
+	sliceWidth  = 256     // entries per slice
 	noneCap     = 2048    // more rows without a lease than this are counted every n/noneCap polls
 	lowCap      = 64      // the lowest id of the live leases is read while there are at most this many
 	noneSample  = 256     // rows without a lease read from the table per poll, for their age
-	minPending  = 1024    // entries walked or recounted in turn per poll, at least …
+	minPending  = 512     // entries walked or recounted in turn per poll, at least …
 	maxPending  = 262_144 // … and at most
 	initPending = 65_536
 )
@@ -121,11 +121,14 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	// more and more), else the first slice not counted yet, else the first
 	// that grew too wide.
 	wide := func(s pslice) bool { return s.known && s.n > 2*sliceWidth && !s.run() }
+	last := len(p.slices) - 1
 	for i, s := range p.slices {
+		hot := i == 0 || i == last
 		for _, cut := range q.cuts {
-			if q.walkAt < 0 && wide(s) && (s.lo == nil || !s.lo.After(cut)) && (s.hi == nil || s.hi.After(cut)) {
-				q.walkAt = i
-			}
+			hot = hot || (s.lo == nil || !s.lo.After(cut)) && (s.hi == nil || s.hi.After(cut))
+		}
+		if q.walkAt < 0 && hot && wide(s) {
+			q.walkAt = i
 		}
 	}
 	for i, s := range p.slices {
@@ -153,12 +156,12 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	}
 	// At every poll, but for runs of one key too long to count each time.
 	every := func(i int) {
-		if p.slices[i].n <= 2*sliceWidth {
+		if !p.slices[i].run() || p.slices[i].n <= 8*sliceWidth {
 			add(i)
 		}
 	}
 	every(0)
-	every(len(p.slices) - 1)
+	every(last)
 	for c, cut := range q.cuts {
 		q.cutIn[c] = -1
 		for i, s := range p.slices {
