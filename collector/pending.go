@@ -39,6 +39,14 @@ type pendingCounter struct {
 	cursor int
 	none   pregion       // PENDING without a lease
 	skew   time.Duration // the server's clock minus ours, from the last poll
+	polls  int
+	// forever is the count of leases at infinity, read every foreverEvery polls.
+	forever int64
+	// lowSkip counts down the polls until the lowest live lease id is read
+	// again, after there were too many live leases to read it; live is the
+	// count of live leases at the last poll.
+	lowSkip int
+	live    int64
 }
 
 // pslice holds the PENDING rows whose lease expires in [lo, hi); a nil lo is
@@ -48,6 +56,7 @@ type pendingCounter struct {
 type pslice struct {
 	lo, hi *time.Time
 	n      int64
+	min    *time.Time // the earliest key at the last count
 	at     time.Time
 	known  bool
 }
@@ -70,24 +79,27 @@ type pregion struct {
 
 // Tuning of the PENDING counter.
 const (
-	sliceWidth  = 256     // entries per slice
-	noneCap     = 2048    // more rows without a lease than this are counted every n/noneCap polls
-	lowCap      = 64      // the lowest id of the live leases is read while there are at most this many
-	noneSample  = 256     // rows without a lease read from the table per poll, for their age
-	minPending  = 512     // entries walked or recounted in turn per poll, at least …
-	maxPending  = 262_144 // … and at most
-	initPending = 65_536
+	sliceWidth   = 256     // entries per slice
+	noneCap      = 1024    // more rows without a lease than this are counted every n/noneCap polls
+	lowCap       = 64      // the lowest id of the live leases is read while there are at most this many
+	noneSample   = 256     // rows without a lease read from the table per poll, for their age
+	foreverEvery = 30      // leases at infinity are counted every this many polls
+	lowEvery     = 10      // polls between reads of the lowest live lease id while there are many
+	minPending   = 512     // entries walked or recounted in turn per poll, at least …
+	maxPending   = 262_144 // … and at most
+	initPending  = 65_536
 )
 
 // pendingQuery is the plan of one poll's PENDING statements, and their results.
 type pendingQuery struct {
-	cuts    [3]time.Time // now, now - reaper interval, now - stuck threshold (server clock)
-	walkAt  int          // slice cut again by the walk (-1: none)
-	walk    int64        // entries the walk reads at most
-	recount []int        // slices recounted
-	cutIn   [3]int       // slice holding each cut (-1: none)
-	cutOn   [3]bool      // the slice holding the cut is split at it (not for runs or slices not counted)
-	none    bool         // count the rows without a lease
+	cuts               [3]time.Time // now, now - reaper interval, now - stuck threshold (server clock)
+	walkAt             int          // slice cut again by the walk (-1: none)
+	walk               int64        // entries the walk reads at most
+	recount            []int        // slices recounted
+	cutIn              [3]int       // slice holding each cut (-1: none)
+	cutOn              [3]bool      // the slice holding the cut is split at it (not for runs or slices not counted)
+	none               bool         // count the rows without a lease
+	askForever, askLow bool
 
 	// results
 	walked   int64       // entries the walk read (walk+1: it stopped before the slice's end)
@@ -97,8 +109,9 @@ type pendingQuery struct {
 	ranks    []int64     // position (from 1) of each bound's first entry in the walk
 	catalog  int64       // index entries according to the catalog (-1: never counted)
 	counts   []int64
-	splits   [3]int64 // entries of each cut's slice below the cut
-	forever  int64    // leases that expire at infinity
+	mins     []*time.Time // the earliest key of each recounted slice
+	splits   [3]int64     // entries of each cut's slice below the cut
+	forever  int64        // leases that expire at infinity
 	noneR    pregion
 	minLease *time.Time // the earliest lease expiry
 	low      *int64     // lowest id of the live leases, when there are at most lowCap
@@ -117,6 +130,8 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	server := now.Add(p.skew)
 	q := &pendingQuery{walkAt: -1, walk: p.per, cuts: [3]time.Time{server, server.Add(-expiredAfter), server.Add(-stuckAfter)}}
 	q.none = p.none.wait <= 0 || !p.none.counted
+	q.askForever, q.askLow = p.polls%foreverEvery == 0, p.lowSkip <= 0 || p.live <= lowCap
+	p.polls++
 	// Walked: a slice holding a cut that grew too wide (its split would cost
 	// more and more), else the first slice not counted yet, else the first
 	// that grew too wide.
@@ -244,7 +259,7 @@ SELECT clock_timestamp(), (SELECT count(*) FROM w), (SELECT k FROM w WHERE rn = 
                    count(*) FILTER (WHERE k < $8::timestamptz)) FROM w),
        ARRAY(SELECT k FROM b ORDER BY k), ARRAY(SELECT r FROM b ORDER BY k),
        (SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_partition_tree(%[2]s::regclass) AS t
-        JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf),
+        JOIN pg_class c ON c.oid = t.relid WHERE $1::boolean AND t.isleaf),
        clock_timestamp()`, table, quoteLiteral(index)),
 		q.walkAt >= 0, from, upto, q.walk+1, sliceWidth, q.cuts[0], q.cuts[1], q.cuts[2]).QueryRow(func(row pgx.Row) error {
 		var t0, t1 time.Time
@@ -262,32 +277,35 @@ SELECT clock_timestamp(), (SELECT count(*) FROM w), (SELECT k FROM w WHERE rn = 
 		return nil
 	})
 	b.Queue(fmt.Sprintf(`
-SELECT now(), (SELECT min(leased_until) FROM %[1]s WHERE status = 'PENDING'),
-       (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND leased_until = 'infinity'),
-       (SELECT row(count(*), min(id)) FROM (SELECT id FROM %[1]s WHERE status = 'PENDING' AND leased_until >= $1::timestamptz
+SELECT now(),
+       (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $13::boolean AND leased_until = 'infinity'),
+       (SELECT row(count(*), min(id)) FROM (SELECT id FROM %[1]s WHERE status = 'PENDING' AND $14::boolean AND leased_until >= $1::timestamptz
                                            ORDER BY leased_until DESC LIMIT %[3]d) AS l),
        (SELECT row((SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $2::boolean AND leased_until IS NULL),
                    count(*), count(*) FILTER (WHERE u < $3::timestamptz), min(u))
         FROM (SELECT %[2]s AS u FROM %[1]s WHERE status = 'PENDING' AND $2::boolean AND leased_until IS NULL
               ORDER BY leased_until LIMIT %[4]d) AS x),
        clock_timestamp(),
-       ARRAY(SELECT (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND leased_until >= s.lo AND leased_until < s.hi)
+       ARRAY(SELECT (SELECT row(count(*), min(leased_until)) FROM %[1]s WHERE status = 'PENDING' AND leased_until >= s.lo AND leased_until < s.hi)
              FROM unnest($4::timestamptz[], $5::timestamptz[]) WITH ORDINALITY AS s(lo, hi, i) ORDER BY s.i),
        (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $6::boolean AND leased_until >= $7::timestamptz AND leased_until < $1::timestamptz),
        (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $8::boolean AND leased_until >= $9::timestamptz AND leased_until < $10::timestamptz),
        (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $11::boolean AND leased_until >= $12::timestamptz AND leased_until < $3::timestamptz),
        clock_timestamp()`, table, updated, lowCap+1, noneSample),
-		q.cuts[0], q.none, q.cuts[2], los, his, cutOn[0], cutLo[0], cutOn[1], cutLo[1], q.cuts[1], cutOn[2], cutLo[2]).QueryRow(func(row pgx.Row) error {
+		q.cuts[0], q.none, q.cuts[2], los, his, cutOn[0], cutLo[0], cutOn[1], cutLo[1], q.cuts[1], cutOn[2], cutLo[2],
+		q.askForever, q.askLow).QueryRow(func(row pgx.Row) error {
 		var t1, t2 time.Time
 		var low lowRow
 		var none noneRow
-		var minLease pgtype.Timestamptz
-		if err := row.Scan(&q.server, &minLease, &q.forever, &low, &none, &t1, &q.counts, &q.splits[0], &q.splits[1], &q.splits[2], &t2); err != nil {
+		var counted []countRow
+		if err := row.Scan(&q.server, &q.forever, &low, &none, &t1, &counted, &q.splits[0], &q.splits[1], &q.splits[2], &t2); err != nil {
 			return fmt.Errorf("pending ids: %w", err)
+		}
+		for _, c := range counted {
+			q.counts, q.mins = append(q.counts, c.n), append(q.mins, finite(c.min))
 		}
 		q.low, q.lowN = low.low, low.n
 		q.noneR = none.region()
-		q.minLease = finite(minLease)
 		q.rotMS += float64(t2.Sub(t1).Microseconds()) / 1000
 		return nil
 	})
@@ -323,7 +341,17 @@ func finite(t pgtype.Timestamptz) *time.Time {
 	return &v
 }
 
-// belowRow, lowRow and noneRow scan composite values.
+// countRow, belowRow, lowRow and noneRow scan composite values.
+type countRow struct {
+	n   int64
+	min pgtype.Timestamptz
+}
+
+func (r *countRow) ScanIndex(i int) any { return []any{&r.n, &r.min}[i] }
+
+// ScanNull: an aggregate's row is never NULL.
+func (r *countRow) ScanNull() error { return nil }
+
 type belowRow [3]int64
 
 func (r *belowRow) ScanIndex(i int) any { return &r[i] }
@@ -384,6 +412,7 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	if !q.server.IsZero() {
 		p.skew = q.server.Sub(now)
 	}
+	var firstKey *time.Time // the earliest lease expiry, when the first non-empty slice was recounted
 	for i, k := range q.recount {
 		if i >= len(q.counts) {
 			break
@@ -393,6 +422,22 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 			f.freed = true
 		}
 		s.n, s.at, s.known = q.counts[i], now, true
+		if i < len(q.mins) && q.mins[i] != nil {
+			s.min = q.mins[i]
+		}
+	}
+	if q.askForever {
+		p.forever = q.forever
+	}
+	q.forever = p.forever
+	if q.askLow {
+		p.lowSkip = 0
+		if q.lowN > lowCap {
+			p.lowSkip = lowEvery
+		}
+	} else {
+		p.lowSkip--
+		q.lowN = lowCap + 1 // not read: unknown
 	}
 	// Figures from the slices as they stand before the walk re-cuts one:
 	// the splits were counted against these slices. Of the walked slice,
@@ -423,6 +468,12 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		p.cut(q, now)
 	}
 	p.merge()
+	for _, s := range p.slices {
+		if s.n > 0 || !s.known {
+			firstKey = s.min
+			break
+		}
+	}
 	if q.none {
 		freedNone := p.none.counted && q.noneR.n < p.none.n
 		p.none = q.noneR
@@ -460,10 +511,11 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	f.expired, f.expiredOld = below[0], below[1]
 	f.stuck = below[2] + p.none.stuck
 	f.oldest = p.none.oldest
-	if m := q.minLease; m != nil && m.Before(q.cuts[0]) && (f.oldest == nil || m.Before(*f.oldest)) {
+	if m := firstKey; m != nil && m.Before(q.cuts[0]) && (f.oldest == nil || m.Before(*f.oldest)) {
 		f.oldest = m
 	}
-	f.low, f.lowKnown = q.low, q.lowN <= lowCap && q.lowN == keyed+q.forever-f.expired
+	p.live = keyed + q.forever - f.expired
+	f.low, f.lowKnown = q.low, q.lowN <= lowCap && q.lowN == p.live
 	f.ageS = now.Sub(oldest).Seconds()
 	f.estimated = !exact || partial || oldest.Before(now) || p.none.sampled
 	// Pace: walk and recount more entries a poll while it is cheap.
@@ -506,6 +558,9 @@ func (p *pendingCounter) cut(q *pendingQuery, now time.Time) {
 	default:
 		out = append(out, old)
 	}
+	if len(out) > 0 && q.first != nil {
+		out[0].min = q.first // the walk's first key is the first new slice's earliest
+	}
 	p.slices = append(p.slices[:q.walkAt], append(out, p.slices[q.walkAt+1:]...)...)
 }
 
@@ -520,6 +575,9 @@ func (p *pendingCounter) merge() {
 	for _, s := range p.slices[1:] {
 		last := &out[len(out)-1]
 		if last.known && s.known && last.n+s.n <= sliceWidth/2 {
+			if last.n == 0 || last.min == nil {
+				last.min = s.min
+			}
 			last.hi, last.n = s.hi, last.n+s.n
 			if s.at.Before(last.at) {
 				last.at = s.at

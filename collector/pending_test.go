@@ -85,7 +85,19 @@ func (m *model) answerCounts(q *pendingQuery, slices []pslice, now time.Time) {
 		}
 	}
 	for _, i := range q.recount {
-		q.counts = append(q.counts, m.count(slices[i].lo, slices[i].hi))
+		n := m.count(slices[i].lo, slices[i].hi)
+		q.counts = append(q.counts, n)
+		var first *time.Time
+		if n > 0 {
+			lo := slices[i].lo
+			j := 0
+			if lo != nil {
+				j = sort.Search(len(m.keys), func(k int) bool { return !m.keys[k].Before(*lo) })
+			}
+			k := m.keys[j]
+			first = &k
+		}
+		q.mins = append(q.mins, first)
 	}
 	for c, i := range q.cutIn {
 		if q.cutOn[c] {
@@ -93,10 +105,14 @@ func (m *model) answerCounts(q *pendingQuery, slices []pslice, now time.Time) {
 			q.splits[c] = m.count(slices[i].lo, &cut)
 		}
 	}
-	q.forever = int64(len(m.keys)) - m.count(nil, nil)
+	forever := int64(len(m.keys)) - m.count(nil, nil)
+	if q.askForever {
+		q.forever = forever
+	}
 	cut := q.cuts[0]
-	live := m.count(&cut, nil) + q.forever
-	q.lowN = min(live, lowCap+1)
+	if q.askLow {
+		q.lowN = min(m.count(&cut, nil)+forever, lowCap+1)
+	}
 	if len(m.keys) > 0 {
 		f := m.keys[0]
 		q.minLease = &f
