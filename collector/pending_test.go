@@ -15,7 +15,9 @@ type model struct {
 	none []time.Time // updated_at of the rows without a lease
 }
 
-func (m *model) sort() { sort.Slice(m.keys, func(i, j int) bool { return m.keys[i].Before(m.keys[j]) }) }
+func (m *model) sort() {
+	sort.Slice(m.keys, func(i, j int) bool { return m.keys[i].Before(m.keys[j]) })
+}
 
 // in reports whether k lies in [lo, hi) as the SQL bounds say (hi nil is
 // infinity, exclusive: leases at infinity are counted apart).
