@@ -29,6 +29,14 @@ func (g *globals) resolvedDSN() string {
 	return os.Getenv("DATABASE_URL")
 }
 
+// dsnFrom names where resolvedDSN came from, for error messages.
+func (g *globals) dsnFrom() string {
+	if g.dsn == "" && os.Getenv("DATABASE_URL") != "" {
+		return "DATABASE_URL"
+	}
+	return "--dsn"
+}
+
 // wantsEmbedded reports whether no server was named at all.
 func (g *globals) wantsEmbedded() bool {
 	if g.resolvedDSN() != "" {
@@ -126,7 +134,7 @@ func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 			return nil, err
 		}
 	}
-	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: d.dsn, Schema: g.schema, AppName: o.appName, MaxConns: o.maxConns, RTT: o.rtt})
+	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: d.dsn, From: g.dsnFrom(), Schema: g.schema, AppName: o.appName, MaxConns: o.maxConns, RTT: o.rtt})
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +170,7 @@ func (g *globals) environmentServer() string {
 // database pooltop did not set up: the schema must hold a pool pooltop
 // created, or hold no pool in a database where pooltop created one.
 func (g *globals) checkLoadTarget(ctx context.Context, dsn, appName string) error {
-	pcfg, err := engine.PoolConfig(engine.ConnOptions{DSN: dsn, Schema: g.schema, AppName: appName})
+	pcfg, err := engine.PoolConfig(engine.ConnOptions{DSN: dsn, From: "--dsn", Schema: g.schema, AppName: appName})
 	if err != nil {
 		return err
 	}
@@ -202,7 +210,7 @@ func (g *globals) checkLoadTarget(ctx context.Context, dsn, appName string) erro
 
 // migrate applies the schema on dsn.
 func (g *globals) migrate(ctx context.Context, dsn string, o migrations.Options) (migrations.Result, error) {
-	pcfg, err := engine.PoolConfig(engine.ConnOptions{DSN: dsn, Schema: g.schema, AppName: "pooltop-migrate"})
+	pcfg, err := engine.PoolConfig(engine.ConnOptions{DSN: dsn, From: g.dsnFrom(), Schema: g.schema, AppName: "pooltop-migrate"})
 	if err != nil {
 		return migrations.Result{}, err
 	}

@@ -51,7 +51,7 @@ func (o *watchOptions) config(g *globals, dsn string) (collector.Config, error) 
 	if o.count < 0 {
 		return collector.Config{}, usageError{fmt.Errorf("--count %d: must not be negative", o.count)}
 	}
-	return collector.Config{DSN: dsn, Table: table, StuckAfter: o.stuck, Alerts: o.alerts}, nil
+	return collector.Config{DSN: dsn, From: g.dsnFrom(), Table: table, StuckAfter: o.stuck, Alerts: o.alerts}, nil
 }
 
 // checkInterval validates a --interval flag.

@@ -95,9 +95,7 @@ type globals struct {
 func (g *globals) redact(s string) string {
 	s = engine.RedactDSN(s)
 	for _, p := range []string{passwordOf(g.resolvedDSN()), os.Getenv("PGPASSWORD")} {
-		if len(p) >= 3 {
-			s = engine.Redact(s, p)
-		}
+		s = engine.Redact(s, p)
 	}
 	return s
 }

@@ -166,6 +166,8 @@ func TestConnectionFailuresNeverPrintThePassword(t *testing.T) {
 		{"malformed port", "postgres://alice:" + secret + "@localhost:notaport/db", "parse --dsn"},
 		{"malformed url", "postgres://alice:" + secret + "@[::1/db", "parse --dsn"},
 		{"key=value", "host=127.0.0.1 port=1 user=alice password=" + secret, "connection refused"},
+		{"unterminated quote", "host=127.0.0.1 user=alice password='" + secret + " TAIL", "parse --dsn"},
+		{"escaped space", `host=127.0.0.1 password=` + secret + `\ TAIL port=abc`, "parse --dsn"},
 	}
 	cfg, err := pgx.ParseConfig(pgtest.DSN())
 	if err != nil {
@@ -205,9 +207,28 @@ func TestConnectionFailuresNeverPrintThePassword(t *testing.T) {
 		if r.code != exitError || !strings.Contains(r.stderr, c.want) || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("%s: exit %d, stderr %q; want exit 1 and one line with %q", c.name, r.code, r.stderr, c.want)
 		}
-		if strings.Contains(r.stdout+r.stderr, secret) {
+		if strings.Contains(r.stdout+r.stderr, secret) || strings.Contains(r.stderr, "TAIL") {
 			t.Errorf("%s: password printed: %q", c.name, r.stderr)
 		}
+	}
+}
+
+// Through DATABASE_URL and the PG* variables too (not parallel: it sets the
+// environment): the message names the variable, and holds no password.
+func TestBadConnectionSettingsFromTheEnvironment(t *testing.T) {
+	const secret = "env-dsn-s3cret"
+	t.Setenv("DATABASE_URL", "host=127.0.0.1 password='"+secret+" TAIL")
+	r := pooltop(t, "lease", "show", "--id", "1")
+	if r.code != exitError || !strings.Contains(r.stderr, "parse DATABASE_URL") || strings.Contains(r.stderr, secret) ||
+		strings.Contains(r.stderr, "TAIL") || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("DATABASE_URL: exit %d, %q", r.code, r.stderr)
+	}
+	t.Setenv("DATABASE_URL", "")
+	t.Setenv("PGHOST", "127.0.0.1")
+	t.Setenv("PGPORT", "abc")
+	r = pooltop(t, "watch", "--headless", "--count", "1")
+	if r.code != exitError || !strings.Contains(r.stderr, "PGPORT=abc") || strings.Contains(r.stderr, "cannot parse ``") {
+		t.Errorf("PGPORT=abc: exit %d, %q", r.code, r.stderr)
 	}
 }
 

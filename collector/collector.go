@@ -45,15 +45,16 @@ type AlertConfig struct {
 // Config configures a Collector. Zero fields take defaults.
 type Config struct {
 	DSN   string
+	From  string // where DSN came from, for errors: "--dsn" (default) or "DATABASE_URL"
 	Table string // "schema.table" or "table" (public); default public.resource_pool
 	// StuckAfter: PENDING rows unchanged for longer count as stuck; default 5 min.
 	StuckAfter time.Duration
 	// History is how many points each series keeps; default 3600 (an hour at 1 Hz).
 	History int
-	// CountBudget paces the sweep that recounts UNUSED ids away from the
-	// head: while a whole poll takes less, the sweep doubles its chunks per
-	// poll (up to 256); past twice that, it halves them (down to 1).
-	// Default 1 ms.
+	// CountBudget paces the work done in turn (the UNUSED sweep, the
+	// PENDING recounts and walks, the table scan without a PENDING index):
+	// while a statement's own time on the server stays under it, its share
+	// doubles; past twice that, it halves. Default 1 ms.
 	CountBudget time.Duration
 	Alerts      AlertConfig
 	Workload    WorkloadSource
@@ -167,7 +168,11 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	}
 	pcfg, err := pgxpool.ParseConfig(cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("parse --dsn: %s", redactParse(err))
+		from := cfg.From
+		if from == "" {
+			from = "--dsn"
+		}
+		return nil, engine.ParseError(cfg.DSN, from, err)
 	}
 	pcfg.MaxConns = 2
 	// pgxpool pings a connection idle for over a second before handing it
@@ -603,4 +608,3 @@ func deref(p *int64) int64 {
 	return *p
 }
 
-func redactParse(err error) string { return engine.RedactDSN(err.Error()) }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ import (
 // and the collector can tell them apart.
 type ConnOptions struct {
 	DSN              string        // URL or key=value; empty means the PG* environment variables
+	From             string        // where DSN came from, for errors: "--dsn" (default) or "DATABASE_URL"
 	Schema           string        // schema holding the pool; default "public"
 	AppName          string        // application_name; default "pooltop"
 	MaxConns         int32         // pool size; default 16
@@ -33,11 +33,15 @@ type ConnOptions struct {
 
 var schemaName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
-// ValidSchema checks a --schema value. Only plain identifiers are accepted:
-// the name is used in search_path and in the migration table name.
+// ValidSchema checks a --schema value. Only plain identifiers are accepted
+// (quoted wherever they are used, so MyPool and select work), and not the
+// system's own schemas.
 func ValidSchema(s string) error {
 	if !schemaName.MatchString(s) {
 		return invalid("schema %q: use letters, digits and underscores, starting with a letter or underscore", s)
+	}
+	if l := strings.ToLower(s); strings.HasPrefix(l, "pg_") || l == "information_schema" {
+		return invalid("schema %q belongs to PostgreSQL itself: name a schema of your own", s)
 	}
 	return nil
 }
@@ -64,7 +68,11 @@ func PoolConfig(opts ConnOptions) (*pgxpool.Config, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(opts.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("parse --dsn: %s: give a URL such as postgres://user@host:5432/db or key=value pairs", scrubParseError(err))
+		from := opts.From
+		if from == "" {
+			from = "--dsn"
+		}
+		return nil, ParseError(opts.DSN, from, err)
 	}
 	cfg.MaxConns = opts.MaxConns
 	rp := cfg.ConnConfig.RuntimeParams
@@ -149,28 +157,3 @@ func ConnectError(cc *pgx.ConnConfig, err error) error {
 	return fmt.Errorf("connect to %s: %s", where, Redact(msg, cc.Password))
 }
 
-// Redact removes a password from text. pgx already masks passwords in its
-// own messages; this is the last line of defence for anything we print.
-func Redact(text, password string) string {
-	if password == "" {
-		return text
-	}
-	return strings.ReplaceAll(text, password, "xxxxx")
-}
-
-var urlPassword = regexp.MustCompile(`(://[^:/@\s]*:)[^@\s]*@`)
-var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|\S+)`)
-
-// RedactDSN masks the password in a URL or key=value connection string.
-func RedactDSN(s string) string {
-	s = urlPassword.ReplaceAllString(s, "${1}xxxxx@")
-	return kvPassword.ReplaceAllString(s, "${1}xxxxx")
-}
-
-func scrubParseError(err error) string {
-	msg := RedactDSN(err.Error())
-	if p := os.Getenv("PGPASSWORD"); p != "" {
-		msg = Redact(msg, p)
-	}
-	return msg
-}

@@ -93,7 +93,7 @@ var (
 func connEnv(dsn string) ([]string, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("pgbench: parse the connection string: %s", engine.RedactDSN(err.Error()))
+		return nil, engine.ParseError(dsn, "the connection string", err)
 	}
 	var env []string
 	for _, kv := range os.Environ() {

@@ -1,0 +1,262 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"unicode"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Passwords never reach the screen, a log or an error. Masking by string
+// replacement fails on the inputs that matter most: a parse error echoes a
+// connection string that did not parse (an unterminated quote, an escaped
+// space), and a short password is also a piece of other words. So the
+// password is found the way libpq reads a connection string, and its whole
+// value is masked where it stands.
+
+const mask = "xxxxx"
+
+// RedactDSN masks the password of a URL or key=value connection string, and
+// of any such string inside text: the userinfo password of a URL (up to the
+// last @ before the host) and its password= query values, and the whole
+// value of a password keyword, quoted or not, escaped spaces included, an
+// unterminated quote running to the end.
+func RedactDSN(text string) string {
+	return redactKV(redactURLs(text))
+}
+
+// redactURLs masks user:password@ in every postgres URL of text, and
+// password= query parameters.
+func redactURLs(text string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(text, "://")
+		if i < 0 {
+			b.WriteString(text)
+			break
+		}
+		b.WriteString(text[:i+3])
+		rest := text[i+3:]
+		// The authority ends at the first /, ? or space; the userinfo at the
+		// last @ inside it (a raw @ in a password is common).
+		end := strings.IndexFunc(rest, func(r rune) bool { return r == '/' || r == '?' || r == '#' || unicode.IsSpace(r) })
+		if end < 0 {
+			end = len(rest)
+		}
+		auth := rest[:end]
+		if at := strings.LastIndex(auth, "@"); at >= 0 {
+			if colon := strings.Index(auth[:at], ":"); colon >= 0 {
+				auth = auth[:colon+1] + mask + auth[at:]
+			}
+		}
+		b.WriteString(auth)
+		text = rest[end:]
+	}
+	return redactQueryPasswords(b.String())
+}
+
+// redactQueryPasswords masks password=… and sslpassword=… in URL queries
+// (up to the next & or space).
+func redactQueryPasswords(s string) string {
+	for _, key := range []string{"?password=", "&password=", "?sslpassword=", "&sslpassword="} {
+		for from := 0; ; {
+			i := strings.Index(s[from:], key)
+			if i < 0 {
+				break
+			}
+			start := from + i + len(key)
+			end := strings.IndexAny(s[start:], "& \t\n#")
+			if end < 0 {
+				end = len(s) - start
+			}
+			s = s[:start] + mask + s[start+end:]
+			from = start + len(mask)
+		}
+	}
+	return s
+}
+
+// redactKV masks the values of password and sslpassword keywords, read as
+// libpq reads them: key, optional spaces, =, optional spaces, then a value
+// in single quotes (backslash escapes a quote or backslash; unterminated, it
+// runs to the end) or a run of characters up to unescaped white space.
+func redactKV(s string) string {
+	lower := strings.ToLower(s)
+	var b strings.Builder
+	i := 0
+	for i < len(s) {
+		j := nextKey(lower, i)
+		if j < 0 {
+			break
+		}
+		keyEnd := j + strings.IndexByte(lower[j:], 'd') + 1 // "password" or "sslpassword" ends in d
+		k := keyEnd
+		for k < len(s) && (s[k] == ' ' || s[k] == '\t') {
+			k++
+		}
+		if k >= len(s) || s[k] != '=' {
+			b.WriteString(s[i:keyEnd])
+			i = keyEnd
+			continue
+		}
+		k++
+		for k < len(s) && (s[k] == ' ' || s[k] == '\t') {
+			k++
+		}
+		b.WriteString(s[i:k])
+		end := valueEnd(s, k)
+		if end > k {
+			b.WriteString(mask)
+		}
+		i = end
+	}
+	b.WriteString(s[i:])
+	return b.String()
+}
+
+// nextKey finds the next "password" keyword at or after i that starts a word.
+func nextKey(lower string, i int) int {
+	for {
+		j := strings.Index(lower[i:], "password")
+		if j < 0 {
+			return -1
+		}
+		j += i
+		start := j
+		if j >= 3 && lower[j-3:j] == "ssl" {
+			start = j - 3
+		}
+		// A word of its own, and not a URL query parameter (masked by redactURLs).
+		if start == 0 || !isWordByte(lower[start-1]) && lower[start-1] != '?' && lower[start-1] != '&' {
+			return start
+		}
+		i = j + len("password")
+	}
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// valueEnd returns where a key=value value starting at k ends.
+func valueEnd(s string, k int) int {
+	if k < len(s) && s[k] == '\'' {
+		for j := k + 1; j < len(s); j++ {
+			switch s[j] {
+			case '\\':
+				j++
+			case '\'':
+				return j + 1
+			}
+		}
+		return len(s) // unterminated: the rest is the value
+	}
+	j := k
+	for j < len(s) {
+		if s[j] == '\\' {
+			j += 2
+			continue
+		}
+		if s[j] == ' ' || s[j] == '\t' || s[j] == '\n' || s[j] == '`' {
+			break
+		}
+		j++
+	}
+	return min(j, len(s))
+}
+
+// ParseError turns a failure to parse a connection string into one line
+// that names the input (--dsn, DATABASE_URL, or the PG* variables when the
+// string was empty) and says what to do, with every password masked.
+func ParseError(dsn, from string, err error) error {
+	reason := err.Error()
+	var pce *pgconn.ParseConfigError
+	if errors.As(err, &pce) {
+		// pgx's message echoes the connection string, redacted only as well
+		// as it can guess: rebuild it without the echo.
+		cp := *pce
+		cp.ConnString = ""
+		reason = strings.TrimPrefix(cp.Error(), "cannot parse ``: ")
+	}
+	reason = RedactDSN(reason)
+	for _, p := range []string{passwordIn(dsn), os.Getenv("PGPASSWORD")} {
+		reason = Redact(reason, p)
+	}
+	if strings.TrimSpace(dsn) == "" {
+		var set []string
+		for _, v := range os.Environ() {
+			if name, _, _ := strings.Cut(v, "="); strings.HasPrefix(name, "PG") && name != "PGPASSWORD" {
+				set = append(set, v)
+			}
+		}
+		return fmt.Errorf("the PG* variables do not make a connection (%s): %s: fix or unset them, or pass --dsn", strings.Join(set, " "), reason)
+	}
+	return fmt.Errorf("parse %s: %s: give a URL such as postgres://user@host:5432/db or key=value pairs (%s)", from, reason, RedactDSN(dsn))
+}
+
+// passwordIn finds the password value of a connection string, "" if none.
+func passwordIn(dsn string) string {
+	if i := strings.Index(dsn, "://"); i >= 0 {
+		auth := dsn[i+3:]
+		if end := strings.IndexAny(auth, "/?# "); end >= 0 {
+			auth = auth[:end]
+		}
+		if at := strings.LastIndex(auth, "@"); at >= 0 {
+			if colon := strings.Index(auth[:at], ":"); colon >= 0 {
+				return auth[colon+1 : at]
+			}
+		}
+		return ""
+	}
+	lower := strings.ToLower(dsn)
+	for i := 0; ; {
+		j := nextKey(lower, i)
+		if j < 0 {
+			return ""
+		}
+		k := j + strings.IndexByte(lower[j:], 'd') + 1
+		for k < len(dsn) && (dsn[k] == ' ' || dsn[k] == '\t') {
+			k++
+		}
+		if k < len(dsn) && dsn[k] == '=' && !strings.HasPrefix(lower[j:], "ssl") {
+			k++
+			for k < len(dsn) && dsn[k] == ' ' {
+				k++
+			}
+			v := dsn[k:valueEnd(dsn, k)]
+			v = strings.TrimPrefix(strings.TrimSuffix(v, "'"), "'")
+			return strings.NewReplacer(`\'`, `'`, `\\`, `\`, `\ `, ` `).Replace(v)
+		}
+		i = k
+	}
+}
+
+// Redact removes a password from text, where it stands as a token of its
+// own: a password of a few letters is also a piece of other words, which
+// must stay readable.
+func Redact(text, password string) string {
+	if password == "" {
+		return text
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(text, password)
+		if i < 0 {
+			b.WriteString(text)
+			return b.String()
+		}
+		end := i + len(password)
+		standalone := len(password) >= 8 ||
+			(i == 0 || !isWordByte(text[i-1])) && (end == len(text) || !isWordByte(text[end]))
+		b.WriteString(text[:i])
+		if standalone {
+			b.WriteString(mask)
+		} else {
+			b.WriteString(password)
+		}
+		text = text[end:]
+	}
+}

@@ -1,0 +1,91 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Passwords are masked whole, however the connection string is broken, and
+// a short password does not mask the words it is a piece of.
+func TestRedactDSN(t *testing.T) {
+	cases := []struct {
+		in      string
+		secrets []string
+		keep    []string
+	}{
+		{`host=db user=alice password='head TAIL`, []string{"head", "TAIL"}, []string{"host=db", "user=alice"}},
+		{`host=db password=head\ TAIL port=abc`, []string{"head", "TAIL"}, []string{"port=abc"}},
+		{`host=db password = 'it\'s q' user=bob`, []string{"it", "s q"}, []string{"user=bob"}},
+		{`PASSWORD=Sekr1t host=x`, []string{"Sekr1t"}, []string{"host=x"}},
+		{`sslpassword=keypw password=pw2 host=x`, []string{"keypw", "pw2"}, []string{"host=x"}},
+		{`postgres://carol:p@ss:w0rd@db.example:5432/app?sslmode=require`, []string{"p@ss", "w0rd"}, []string{"carol", "db.example:5432/app"}},
+		{`postgres://carol:hunter2@[::1/db`, []string{"hunter2"}, []string{"carol"}},
+		{`postgresql://u@h/db?password=qpw&sslmode=disable`, []string{"qpw"}, []string{"sslmode=disable"}},
+		{`failed: cannot parse "postgres://eve:topsecret@h:bad/db": invalid port`, []string{"topsecret"}, []string{"invalid port"}},
+		{`mypassword=notasecret`, nil, []string{"mypassword=notasecret"}},
+	}
+	for _, c := range cases {
+		out := RedactDSN(c.in)
+		for _, s := range c.secrets {
+			if strings.Contains(out, s) {
+				t.Errorf("RedactDSN(%q) = %q: %q left", c.in, out, s)
+			}
+		}
+		for _, k := range c.keep {
+			if !strings.Contains(out, k) {
+				t.Errorf("RedactDSN(%q) = %q: %q lost", c.in, out, k)
+			}
+		}
+	}
+}
+
+func TestRedactShortPasswordKeepsOtherWords(t *testing.T) {
+	got := Redact("connect to postgres@db failed for user pos, password pos rejected", "pos")
+	if got != "connect to postgres@db failed for user xxxxx, password xxxxx rejected" {
+		t.Fatalf("got %q", got)
+	}
+	if got := Redact("a long one: correct-horse-battery inside", "correct-horse-battery"); strings.Contains(got, "horse") {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// A connection string pgx cannot parse gives one line naming its source,
+// without any part of the password.
+func TestParseErrorNeverEchoesThePassword(t *testing.T) {
+	for _, dsn := range []string{
+		`host=127.0.0.1 user=alice password='head TAIL`,
+		`host=127.0.0.1 password=head\ TAIL port=abc`,
+		`postgres://alice:head@TAIL@[::1/db`,
+		`postgres://alice:headTAIL@localhost:notaport/db`,
+	} {
+		_, perr := pgx.ParseConfig(dsn)
+		if perr == nil {
+			t.Fatalf("%q parsed", dsn)
+		}
+		err := ParseError(dsn, "DATABASE_URL", perr)
+		msg := err.Error()
+		if strings.Contains(msg, "head") || strings.Contains(msg, "TAIL") || !strings.Contains(msg, "parse DATABASE_URL") || strings.Contains(msg, "\n") {
+			t.Errorf("%q: %s", dsn, msg)
+		}
+		if !errors.Is(err, err) {
+			t.Fatal("unreachable")
+		}
+	}
+}
+
+// Bad PG* variables are named as such, not as an empty --dsn.
+func TestParseErrorFromThePGVariables(t *testing.T) {
+	t.Setenv("PGPORT", "abc")
+	t.Setenv("PGPASSWORD", "envsecret")
+	_, perr := pgx.ParseConfig("")
+	if perr == nil {
+		t.Fatal("PGPORT=abc parsed")
+	}
+	msg := ParseError("", "--dsn", perr).Error()
+	if !strings.Contains(msg, "PG* variables") || !strings.Contains(msg, "PGPORT=abc") || strings.Contains(msg, "envsecret") || strings.Contains(msg, "cannot parse ``") {
+		t.Fatalf("%s", msg)
+	}
+}
