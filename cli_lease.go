@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/termtext"
 )
 
 func writeJSON(w io.Writer, v any) error {
@@ -63,7 +64,7 @@ the pooltop marker unless --allow-writes is given.
 			if l.LeasedUntil != nil {
 				until = l.LeasedUntil.UTC().Format(time.RFC3339Nano)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", l.ID, l.Identifier, l.Token, l.Holder, until)
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", l.ID, termtext.Escape(l.Identifier), l.Token, termtext.Escape(l.Holder), until)
 		}
 		return tw.Flush()
 	}
@@ -148,7 +149,7 @@ the pooltop marker unless --allow-writes is given.
 				if g.jsonOut {
 					return writeJSON(g.stdout, map[string]any{"id": l.ID, "identifier": l.Identifier, "token": l.Token, "status": "UNUSED"})
 				}
-				fmt.Fprintf(g.stdout, "released id %d (%s); it is UNUSED at token %d\n", l.ID, l.Identifier, l.Token)
+				fmt.Fprintf(g.stdout, "released id %d (%s); it is UNUSED at token %d\n", l.ID, termtext.Escape(l.Identifier), l.Token)
 				return nil
 			})
 		},
@@ -257,9 +258,16 @@ the pooltop marker unless --allow-writes is given.
 				if r.Holder != nil {
 					holder = *r.Holder
 				}
+				updated := "-"
+				if r.UpdatedAt != nil {
+					updated = r.UpdatedAt.UTC().Format(time.RFC3339Nano)
+				}
 				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintf(tw, "id\t%d\nidentifier\t%s\nstatus\t%s\ntoken\t%d\nholder\t%s\nleased until\t%s\nupdated at\t%s\neffects\t%d\n",
-					r.ID, r.Identifier, r.Status, r.Token, holder, until, r.UpdatedAt.UTC().Format(time.RFC3339Nano), r.Effects)
+					r.ID, termtext.Escape(r.Identifier), termtext.Escape(r.Status), r.Token, termtext.Escape(holder), until, updated, r.Effects)
+				if r.Note != "" {
+					fmt.Fprintf(tw, "outside the contract\t%s\n", termtext.Escape(r.Note))
+				}
 				return tw.Flush()
 			})
 		},

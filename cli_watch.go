@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -51,7 +52,33 @@ func (o *watchOptions) config(g *globals, dsn string) (collector.Config, error) 
 	if o.count < 0 {
 		return collector.Config{}, usageError{fmt.Errorf("--count %d: must not be negative", o.count)}
 	}
+	if err := o.checkAlerts(); err != nil {
+		return collector.Config{}, err
+	}
 	return collector.Config{DSN: dsn, From: g.dsnFrom(), Table: table, StuckAfter: o.stuck, Alerts: o.alerts}, nil
+}
+
+// checkAlerts validates the alert thresholds by name: a zero would silently
+// mean the default, and NaN would never fire.
+func (o *watchOptions) checkAlerts() error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--alert-lock-wait", o.alerts.LockWait}, {"--alert-depletion", o.alerts.DepletionWithin},
+		{"--alert-expired", o.alerts.ExpiredAfter}, {"--stuck", o.stuck}} {
+		if d.v <= 0 {
+			return usageError{fmt.Errorf("%s %v: give a positive duration (e.g. 50ms, 15m)", d.flag, d.v)}
+		}
+	}
+	for _, r := range []struct {
+		flag string
+		v    float64
+	}{{"--alert-dead-ratio", o.alerts.DeadRatio}, {"--alert-connections", o.alerts.Connections}} {
+		if math.IsNaN(r.v) || r.v <= 0 || r.v > 1 {
+			return usageError{fmt.Errorf("%s %v: give a fraction above 0 and at most 1 (e.g. 0.2)", r.flag, r.v)}
+		}
+	}
+	return nil
 }
 
 // checkInterval validates a --interval flag.

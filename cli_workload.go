@@ -78,7 +78,7 @@ Scenarios:
 			if err != nil {
 				return usageError{err}
 			}
-			if duration <= 0 || duration > 24*time.Hour {
+			if duration < time.Second || duration > 24*time.Hour {
 				return usageError{fmt.Errorf("--duration %v: between 1s and 24h", duration)}
 			}
 			if err := scratchSchema(g, cmd, "chaos"); err != nil {
@@ -90,16 +90,6 @@ Scenarios:
 			if poolSize < 1 || poolSize > engine.MaxSeed {
 				return usageError{fmt.Errorf("--pool-size %d: between 1 and %d", poolSize, engine.MaxSeed)}
 			}
-			d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 16, write: true, migrate: true, load: true})
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			if err := freshPool(ctx, d, poolSize); err != nil {
-				return err
-			}
-			fmt.Fprintf(g.stderr, "chaos: %s for %v on %d ids (seed %d)\n", sc.Name, duration, poolSize, seed)
-			start := time.Now()
 			override := func(c *workload.Config) {
 				if cmd.Flags().Changed("workers") {
 					c.Workers = workers
@@ -111,11 +101,22 @@ Scenarios:
 					c.PauseRate = pause
 				}
 			}
+			// Every flag is checked before the pool is emptied and refilled.
 			probe := sc.Config(seed)
 			override(&probe)
 			if err := probe.Validate(); err != nil {
 				return usageError{err}
 			}
+			d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 16, write: true, migrate: true, load: true})
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			if err := freshPool(ctx, d, poolSize); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stderr, "chaos: %s for %v on %d ids (seed %d)\n", sc.Name, duration, poolSize, seed)
+			start := time.Now()
 			sum, err := workload.Chaos(ctx, d.eng, sc, duration, seed, override, func(s workload.Snapshot) {
 				fmt.Fprintf(g.stderr, "  %3.0fs cycles %d committed %d fenced %d crashes %d pauses %d dead-held %d reclaimed %d empty %d\n",
 					time.Since(start).Seconds(), s.Cycles, s.Committed, s.FencedRejections, s.Crashes, s.Pauses, s.DeadHeld, s.Reclaimed, s.EmptyPool)

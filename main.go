@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/termtext"
 )
 
 // Exit codes. Scripts tell "rejected by the lease or the fence" from
@@ -36,7 +37,9 @@ not held), 4 stale token (rejected by the fence), 5 pool empty, 6 invariant
 violated (chaos, verify).`
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A closed terminal (SIGHUP) ends pooltop as Ctrl-C does: the deferred
+	// cleanup stops the embedded server and removes its directory.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -57,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, "pooltop: "+oneLine(g.redact(err.Error())))
+	fmt.Fprintln(stderr, "pooltop: "+termtext.Escape(oneLine(g.redact(err.Error()))))
 	var ue usageError
 	var ve violationError
 	switch {

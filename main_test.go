@@ -144,6 +144,11 @@ func TestExitCodesAndBadInput(t *testing.T) {
 		{[]string{"--headless", "--interval", "2m"}, exitUsage, "--interval 2m0s: between 250ms and 1m0s"},
 		{[]string{"bench", "--rtt", "-1ms"}, exitUsage, "--rtt -1ms: 0, or between 1ms and 1s"},
 		{[]string{"bench", "--rtt", "500us"}, exitUsage, "--rtt 500µs: 0, or between 1ms and 1s"},
+		{[]string{"watch", "--headless", "--alert-dead-ratio", "NaN"}, exitUsage, "--alert-dead-ratio NaN"},
+		{[]string{"watch", "--headless", "--alert-connections", "0"}, exitUsage, "--alert-connections 0"},
+		{[]string{"watch", "--headless", "--alert-lock-wait", "0s"}, exitUsage, "--alert-lock-wait 0s"},
+		{[]string{"watch", "--headless", "--alert-connections", "1.5"}, exitUsage, "--alert-connections 1.5"},
+		{[]string{"chaos", "--duration", "1ns"}, exitUsage, "--duration 1ns: between 1s and 24h"},
 	}
 	for _, c := range cases {
 		r := pooltop(t, append(c.args, db...)...)
@@ -259,6 +264,12 @@ func TestDatabaseWithoutSchemaOrMarker(t *testing.T) {
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--schema") {
 		t.Fatalf("bad schema name: exit %d %q", r.code, r.stderr)
 	}
+	for _, sys := range []string{"information_schema", "pg_catalog", "PG_toast"} {
+		r = pooltop(t, "migrate", "--dsn", pgtest.DSN(), "--schema", sys)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "belongs to PostgreSQL itself") {
+			t.Fatalf("--schema %s: exit %d %q", sys, r.code, r.stderr)
+		}
+	}
 
 	db := migrated(t, 2)
 	conn, err := pgx.Connect(context.Background(), pgtest.DSN())
@@ -295,6 +306,34 @@ func TestConcurrentMigrateAndIdempotence(t *testing.T) {
 		r.must(t)
 		if v := decode[map[string]any](t, r.stdout); v["version"] != float64(1) {
 			t.Fatalf("version %v", v["version"])
+		}
+	}
+}
+
+// Text from the database never reaches the terminal raw: an identifier or
+// a holder holding escape sequences or line breaks is shown escaped.
+func TestLeaseOutputEscapesControlCharacters(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, 0)
+	conn, err := pgx.Connect(context.Background(), pgtest.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "INSERT INTO "+pgx.Identifier{db[3], "resource_pool"}.Sanitize()+
+		" (identifier) VALUES (E'evil\\x1b]0;owned\\x07\\x1b[2J\\r\\nFAKE LINE')"); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"lease", "acquire", "--holder", "h\x1b[31mred", "--ttl", "1m"},
+		{"lease", "show", "--id", "1"},
+	} {
+		r := pooltop(t, append(args, db...)...).must(t)
+		if strings.ContainsAny(r.stdout+r.stderr, "\x1b\x07\r") || strings.Contains(r.stdout, "\nFAKE LINE") {
+			t.Errorf("pooltop %s printed raw control characters: %q", strings.Join(args, " "), r.stdout)
+		}
+		if !strings.Contains(r.stdout, `evil\x1b]0;owned\a`) {
+			t.Errorf("pooltop %s: identifier not shown escaped: %q", strings.Join(args, " "), r.stdout)
 		}
 	}
 }

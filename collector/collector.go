@@ -95,9 +95,15 @@ func (c *Config) defaults() error {
 	if a.Connections == 0 {
 		a.Connections = 0.9
 	}
-	if c.StuckAfter < 0 || c.History < 1 || c.CountBudget < 0 || a.LockWait < 0 || a.DepletionWithin < 0 ||
-		a.ExpiredAfter < 0 || a.DeadRatio < 0 || a.DeadRatio > 1 || a.Connections <= 0 || a.Connections > 1 {
-		return errors.New("collector thresholds out of range")
+	switch {
+	case c.StuckAfter < 0 || c.History < 1 || c.CountBudget < 0:
+		return fmt.Errorf("collector: StuckAfter %v, History %d, CountBudget %v: out of range", c.StuckAfter, c.History, c.CountBudget)
+	case a.LockWait < 0 || a.DepletionWithin < 0 || a.ExpiredAfter < 0:
+		return fmt.Errorf("collector: alert durations must not be negative (lock wait %v, depletion %v, expired %v)", a.LockWait, a.DepletionWithin, a.ExpiredAfter)
+	case math.IsNaN(a.DeadRatio) || a.DeadRatio < 0 || a.DeadRatio > 1:
+		return fmt.Errorf("collector: dead ratio %v: a fraction between 0 and 1", a.DeadRatio)
+	case math.IsNaN(a.Connections) || a.Connections <= 0 || a.Connections > 1:
+		return fmt.Errorf("collector: connections %v: a fraction above 0 and at most 1", a.Connections)
 	}
 	return nil
 }
@@ -240,14 +246,32 @@ SELECT current_setting('server_version_num')::int, current_setting('server_versi
 		return fmt.Errorf("PostgreSQL %s is too old: pooltop watch needs 12 or newer", t.versionText)
 	}
 	var kind string
+	var usage bool
 	err = c.pool.QueryRow(ctx, `
-SELECT c.oid, c.relkind::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, schema, table).Scan(&t.oid, &kind)
+SELECT c.oid, c.relkind::text, has_schema_privilege(n.oid, 'USAGE') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2`, schema, table).Scan(&t.oid, &kind, &usage)
 	if errors.Is(err, pgx.ErrNoRows) {
+		var exists bool
+		if err := c.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return fmt.Errorf("%w: schema %s does not exist: check --table (schema.table)", ErrNoTable, schema)
+		}
 		return fmt.Errorf("%w: %s.%s does not exist or this role cannot see it: check --table (schema.table) and the role's privileges", ErrNoTable, schema, table)
 	}
 	if err != nil {
 		return err
+	}
+	if !usage {
+		return fmt.Errorf("this role has no USAGE on schema %s: grant it (GRANT USAGE ON SCHEMA %s TO …)", schema, pgx.Identifier{schema}.Sanitize())
+	}
+	if kind != "r" && kind != "p" {
+		what := map[string]string{"v": "a view", "m": "a materialized view", "f": "a foreign table", "S": "a sequence", "i": "an index", "c": "a type"}[kind]
+		if what == "" {
+			what = "not a table (relkind " + kind + ")"
+		}
+		return fmt.Errorf("%s.%s is %s: point --table at the pool's table itself (pooltop reads its indexes and statistics)", schema, table, what)
 	}
 	t.partitioned = kind == "p"
 	t.leaves, t.leafNames = []uint32{t.oid}, []string{table}
@@ -273,22 +297,51 @@ JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf ORDER BY c.relname`, t.oid)
 			return err
 		}
 	}
-	cols := map[string]bool{}
-	rows, err := c.pool.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, t.oid)
+	cols := map[string]string{}
+	rows, err := c.pool.Query(ctx, `SELECT attname, format_type(atttypid, NULL) FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, t.oid)
 	if err != nil {
 		return err
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			rows.Close()
+			return err
+		}
+		cols[name] = typ
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return err
 	}
-	for _, n := range names {
-		cols[n] = true
+	if cols["id"] == "" || cols["status"] == "" {
+		return fmt.Errorf("%s.%s has no id and status columns: it is not a resource pool (see the article's resource_pool)", schema, table)
 	}
-	if !cols["id"] || !cols["status"] {
-		return fmt.Errorf("%s.%s has no id and status columns: it is not a resource pool (see the seed's resource_pool)", schema, table)
+	// Every poll compares these columns: a type pooltop cannot compare would
+	// fail every poll, forever. Say so once, at start.
+	for _, want := range []struct {
+		col   string
+		types []string
+		as    string
+	}{
+		{"id", []string{"bigint", "integer", "smallint"}, "an integer"},
+		{"status", []string{"text", "character varying", "character"}, "text ('UNUSED', 'PENDING', 'CONSUMED')"},
+		{"leased_until", []string{"timestamp with time zone", "timestamp without time zone"}, "a timestamp"},
+		{"updated_at", []string{"timestamp with time zone", "timestamp without time zone"}, "a timestamp"},
+	} {
+		typ, ok := cols[want.col]
+		if !ok {
+			continue
+		}
+		good := false
+		for _, w := range want.types {
+			good = good || typ == w
+		}
+		if !good {
+			return fmt.Errorf("%s.%s: column %s is %s, and pooltop reads it as %s: this is not a pool it can watch", schema, table, want.col, typ, want.as)
+		}
 	}
-	t.hasLeased, t.hasUpdated = cols["leased_until"], cols["updated_at"]
+	t.hasLeased, t.hasUpdated = cols["leased_until"] != "", cols["updated_at"] != ""
 	var can bool
 	if err := c.pool.QueryRow(ctx, `SELECT has_table_privilege($1::oid, 'SELECT')`, t.oid).Scan(&can); err != nil {
 		return err
@@ -607,4 +660,3 @@ func deref(p *int64) int64 {
 	}
 	return *p
 }
-

@@ -427,6 +427,21 @@ func TestBadTable(t *testing.T) {
 	if !errors.Is(err, collector.ErrNoTable) || !strings.Contains(err.Error(), "--table") {
 		t.Fatalf("missing table: %v", err)
 	}
+	// A view, and tables whose columns every poll would fail to compare, are
+	// refused at start with what is wrong (they used to fail every poll as
+	// "disconnected, retrying").
+	b.exec(t, `CREATE VIEW pool_view AS SELECT * FROM resource_pool`)
+	b.exec(t, `CREATE TABLE int_status (id bigint PRIMARY KEY, status integer)`)
+	b.exec(t, `CREATE TABLE text_lease (id bigint PRIMARY KEY, status text, leased_until text)`)
+	for table, want := range map[string]string{"pool_view": "is a view", "int_status": "column status is integer", "text_lease": "column leased_until is text"} {
+		_, err := collector.New(b.ctx, collector.Config{DSN: pgtest.DSN(), Table: b.schema + "." + table})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", table, err, want)
+		}
+	}
+	if _, err := collector.New(b.ctx, collector.Config{DSN: pgtest.DSN(), Table: "no_such_schema.resource_pool"}); err == nil || !strings.Contains(err.Error(), "schema no_such_schema does not exist") {
+		t.Errorf("missing schema: %v", err)
+	}
 	for _, bad := range []string{"a.b.c", "x;drop", "", "1abc.t"} {
 		if _, _, err := collector.ParseTable(bad); err == nil {
 			t.Errorf("table %q accepted", bad)

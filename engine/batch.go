@@ -135,8 +135,15 @@ type AuditReport struct {
 	PendingUnleased int64 `json:"pending_unleased"`
 	// PendingPastGrace: leases expired for longer than the grace (the reaper lags or is off).
 	PendingPastGrace int64 `json:"pending_past_grace"`
-	// OldestPastGraceMS: how long the oldest of those has been expired.
+	// OldestPastGraceMS: how long the oldest of those has been expired (leases at -infinity aside).
 	OldestPastGraceMS float64 `json:"oldest_past_grace_ms"`
+	// Rows outside the contract: leases that never expire (infinity), a
+	// status that is NULL or none of the three, updated_at NULL or infinite,
+	// and ids not consumed whose token cannot be raised any more.
+	PendingForever int64 `json:"pending_forever"`
+	BadStatus      int64 `json:"bad_status"`
+	BadUpdatedAt   int64 `json:"bad_updated_at"`
+	TokenExhausted int64 `json:"token_exhausted"`
 	// Violations lists, in words, every invariant that does not hold.
 	Violations []string `json:"violations"`
 }
@@ -150,7 +157,12 @@ WITH pool AS (
            count(*) FILTER (WHERE status = 'PENDING' AND leased_until IS NULL) AS unleased,
            count(*) FILTER (WHERE status = 'PENDING' AND leased_until < clock_timestamp() - $1::bigint * interval '1 microsecond') AS past_grace,
            coalesce(extract(epoch FROM clock_timestamp() - min(leased_until) FILTER (
-               WHERE status = 'PENDING' AND leased_until < clock_timestamp() - $1::bigint * interval '1 microsecond')) * 1000, 0)::float8 AS oldest_ms,
+               WHERE status = 'PENDING' AND isfinite(leased_until)
+                 AND leased_until < clock_timestamp() - $1::bigint * interval '1 microsecond')) * 1000, 0)::float8 AS oldest_ms,
+           count(*) FILTER (WHERE status = 'PENDING' AND leased_until = 'infinity') AS forever,
+           count(*) FILTER (WHERE status IS NULL OR status NOT IN ('UNUSED', 'PENDING', 'CONSUMED')) AS no_status,
+           count(*) FILTER (WHERE updated_at IS NULL OR NOT isfinite(updated_at)) AS no_updated,
+           count(*) FILTER (WHERE lease_token = 9223372036854775807 AND status <> 'CONSUMED') AS exhausted,
            count(*) FILTER (WHERE status = 'CONSUMED' AND NOT EXISTS (
                SELECT 1 FROM business_ledger b WHERE b.resource_id = r.id)) AS consumed_without
     FROM resource_pool r
@@ -164,7 +176,7 @@ WITH pool AS (
         SELECT resource_id FROM business_ledger GROUP BY resource_id HAVING count(*) > 1) d
 )
 SELECT total, unused, pending, consumed, unleased, past_grace, oldest_ms, consumed_without,
-       effects, stale, on_unconsumed, doubles
+       effects, stale, on_unconsumed, doubles, forever, no_status, no_updated, exhausted
 FROM pool, ledger, doubles`
 
 // Audit checks the invariants over the whole pool: conservation, at most one
@@ -175,7 +187,8 @@ func (e *Engine) Audit(ctx context.Context, grace time.Duration) (AuditReport, e
 	var a AuditReport
 	err := e.db.QueryRow(ctx, sqlAudit, durationMicros(grace)).Scan(&a.Total, &a.Unused, &a.Pending, &a.Consumed,
 		&a.PendingUnleased, &a.PendingPastGrace, &a.OldestPastGraceMS, &a.ConsumedWithoutEffect,
-		&a.Effects, &a.StaleEffects, &a.EffectsOnUnconsumed, &a.DoubleFinalizations)
+		&a.Effects, &a.StaleEffects, &a.EffectsOnUnconsumed, &a.DoubleFinalizations,
+		&a.PendingForever, &a.BadStatus, &a.BadUpdatedAt, &a.TokenExhausted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, fmt.Errorf("audit: no result")
 	}
@@ -188,9 +201,10 @@ func (e *Engine) Audit(ctx context.Context, grace time.Duration) (AuditReport, e
 			a.Violations = append(a.Violations, fmt.Sprintf(format, n))
 		}
 	}
-	if other := a.Total - a.Unused - a.Pending - a.Consumed; other != 0 {
-		add(other, "%d ids are neither UNUSED, PENDING nor CONSUMED")
-	}
+	add(a.BadStatus, "%d ids are neither UNUSED, PENDING nor CONSUMED (status NULL or unknown)")
+	add(a.PendingForever, "%d PENDING ids have a lease that never expires (infinity): nothing will ever reclaim them")
+	add(a.BadUpdatedAt, "%d rows have no finite updated_at")
+	add(a.TokenExhausted, "%d ids have the largest token a bigint holds: they can never change owner again")
 	add(a.ConsumedWithoutEffect, "%d CONSUMED ids have no effect in business_ledger")
 	add(a.DoubleFinalizations, "%d ids have more than one effect (double finalization)")
 	add(a.StaleEffects, "%d effects were written with a stale token")

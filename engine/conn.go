@@ -156,4 +156,3 @@ func ConnectError(cc *pgx.ConnConfig, err error) error {
 	}
 	return fmt.Errorf("connect to %s: %s", where, Redact(msg, cc.Password))
 }
-

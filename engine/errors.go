@@ -26,6 +26,9 @@ var (
 	ErrRequestConflict = errors.New("request_id already used for a different effect")
 	// ErrContended: the optimistic strategy lost every attempt to other workers.
 	ErrContended = errors.New("optimistic claim lost to other workers on every attempt")
+	// ErrTokenExhausted: the id's token is the largest a bigint holds; no new
+	// owner of it could be fenced, so it cannot change owner again.
+	ErrTokenExhausted = errors.New("token exhausted")
 	// ErrNoSchema: the database has no pooltop schema (run pooltop migrate).
 	ErrNoSchema = errors.New("pooltop schema not found")
 	// ErrNotPooltop: the schema exists but was not set up by pooltop (no

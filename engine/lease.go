@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,7 +36,7 @@ type LeaseAcquireParams struct {
 const sqlAcquireSkipLocked = `
 WITH locked AS MATERIALIZED (
     SELECT id FROM resource_pool
-    WHERE status = 'UNUSED'
+    WHERE status = 'UNUSED' AND lease_token < 9223372036854775807
     ORDER BY id
     LIMIT %d
     FOR NO KEY UPDATE SKIP LOCKED
@@ -56,7 +57,7 @@ RETURNING r.id, r.identifier, r.lease_token, r.leased_until`
 // held across all of its round trips.
 const sqlAcquireBlockingSelect = `
 SELECT id FROM resource_pool
-WHERE status = 'UNUSED'
+WHERE status = 'UNUSED' AND lease_token < 9223372036854775807
 ORDER BY id
 LIMIT %d
 FOR NO KEY UPDATE`
@@ -74,13 +75,13 @@ SET status = 'PENDING',
     leased_until = clock_timestamp() + $2::bigint * interval '1 microsecond',
     updated_at = clock_timestamp()
 FROM unnest($3::bigint[], $4::bigint[]) AS c(id, token)
-WHERE r.id = c.id AND r.status = 'UNUSED' AND (c.token IS NULL OR r.lease_token = c.token)
+WHERE r.id = c.id AND r.status = 'UNUSED' AND (c.token IS NULL OR r.lease_token = c.token) AND r.lease_token < 9223372036854775807
 RETURNING r.id, r.identifier, r.lease_token, r.leased_until`
 
 // The optimistic read: no lock at all.
 const sqlAcquireOptimisticRead = `
 SELECT id, lease_token FROM resource_pool
-WHERE status = 'UNUSED'
+WHERE status = 'UNUSED' AND lease_token < 9223372036854775807
 ORDER BY id
 LIMIT %d`
 
@@ -265,7 +266,7 @@ const sqlRelease = `
 UPDATE resource_pool
 SET status = 'UNUSED', holder = NULL, leased_until = NULL,
     lease_token = lease_token + 1, updated_at = clock_timestamp()
-WHERE id = $1 AND lease_token = $2 AND status = 'PENDING'
+WHERE id = $1 AND lease_token = $2 AND status = 'PENDING' AND lease_token < 9223372036854775807
 RETURNING id, identifier, lease_token, leased_until, ''`
 
 // LeaseRelease gives the id back to the pool; the returned lease carries the
@@ -293,7 +294,7 @@ SET holder = $3, lease_token = lease_token + 1,
     leased_until = CASE WHEN $4::bigint IS NULL THEN leased_until
                         ELSE clock_timestamp() + $4::bigint * interval '1 microsecond' END,
     updated_at = clock_timestamp()
-WHERE id = $1 AND lease_token = $2 AND status = 'PENDING'
+WHERE id = $1 AND lease_token = $2 AND status = 'PENDING' AND lease_token < 9223372036854775807
   AND (leased_until IS NULL OR leased_until > clock_timestamp())
 RETURNING id, identifier, lease_token, leased_until, coalesce(holder, '')`
 
@@ -335,15 +336,24 @@ type Row struct {
 	Token       int64      `json:"token"`
 	LeasedUntil *time.Time `json:"leased_until"`
 	Holder      *string    `json:"holder"`
-	UpdatedAt   time.Time  `json:"updated_at"`
-	Expired     bool       `json:"expired"` // PENDING with a lease that has passed (database clock)
-	Effects     int        `json:"effects"` // rows in business_ledger for this id
+	UpdatedAt   *time.Time `json:"updated_at"`
+	Expired     bool       `json:"expired"`        // PENDING with a lease that has passed (database clock)
+	Effects     int        `json:"effects"`        // rows in business_ledger for this id
+	Note        string     `json:"note,omitempty"` // what in the row is outside the contract
 }
 
+// Rows outside the contract (no status, no updated_at, an infinite lease)
+// are shown as they are, with a note, not refused.
 const sqlShow = `
-SELECT id, identifier, status, lease_token, leased_until, holder, updated_at,
-       status = 'PENDING' AND leased_until IS NOT NULL AND leased_until <= clock_timestamp(),
-       (SELECT count(*) FROM business_ledger b WHERE b.resource_id = r.id)
+SELECT id, identifier, coalesce(status, ''), lease_token, CASE WHEN isfinite(leased_until) THEN leased_until END, holder,
+       CASE WHEN isfinite(updated_at) THEN updated_at END,
+       coalesce(status = 'PENDING' AND leased_until IS NOT NULL AND leased_until <= clock_timestamp(), false),
+       (SELECT count(*) FROM business_ledger b WHERE b.resource_id = r.id),
+       concat_ws('; ', CASE WHEN status IS NULL THEN 'status is NULL'
+                            WHEN status NOT IN ('UNUSED', 'PENDING', 'CONSUMED') THEN 'status ' || quote_literal(status) || ' is none of UNUSED, PENDING, CONSUMED' END,
+                 CASE WHEN NOT isfinite(leased_until) THEN 'leased_until is ' || leased_until::text END,
+                 CASE WHEN updated_at IS NULL THEN 'updated_at is NULL' WHEN NOT isfinite(updated_at) THEN 'updated_at is ' || updated_at::text END,
+                 CASE WHEN lease_token = 9223372036854775807 THEN 'the token is the largest a bigint holds: the id cannot change owner again' END)
 FROM resource_pool r WHERE id = $1`
 
 // Show reads one row with its lease state and number of ledger effects.
@@ -353,7 +363,7 @@ func (e *Engine) Show(ctx context.Context, id int64) (Row, error) {
 	}
 	var r Row
 	err := e.db.QueryRow(ctx, sqlShow, id).Scan(&r.ID, &r.Identifier, &r.Status, &r.Token,
-		&r.LeasedUntil, &r.Holder, &r.UpdatedAt, &r.Expired, &r.Effects)
+		&r.LeasedUntil, &r.Holder, &r.UpdatedAt, &r.Expired, &r.Effects, &r.Note)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Row{}, &LeaseError{Op: "show", ID: id, Err: ErrNotFound}
 	}
@@ -364,7 +374,7 @@ func (e *Engine) Show(ctx context.Context, id int64) (Row, error) {
 }
 
 const sqlWhy = `
-SELECT status, lease_token, leased_until, coalesce(holder, ''),
+SELECT coalesce(status, 'NULL'), lease_token, CASE WHEN isfinite(leased_until) THEN leased_until END, coalesce(holder, ''),
        leased_until IS NOT NULL AND leased_until <= clock_timestamp()
 FROM resource_pool WHERE id = $1`
 
@@ -382,6 +392,9 @@ func (e *Engine) whyLost(ctx context.Context, op string, id, token int64) error 
 		return dbError(fmt.Sprintf("%s id %d: lease not changed; reading why failed", op, id), err)
 	}
 	switch {
+	case token == le.CurrentToken && le.CurrentToken == math.MaxInt64 && op != "renew":
+		le.Err = ErrTokenExhausted
+		le.Reason = "its token is the largest a bigint holds, so no new owner can be fenced: take the id out of the pool (set it CONSUMED by hand)"
 	case token < le.CurrentToken:
 		le.Err = ErrStaleToken
 		le.Reason = fmt.Sprintf("the id has moved on to token %d (%s)", le.CurrentToken, describe(le))

@@ -29,11 +29,13 @@ type ReapResult struct {
 // rows a worker has locked (a commit or renew in flight wins; the next pass
 // sees the row again), re-checking the expiry in the UPDATE itself, and
 // bumping the token so the old holder is fenced out. The batch size is
-// written into the LIMIT for the plan's sake, as in the claim.
+// written into the LIMIT for the plan's sake, as in the claim. A lease that
+// expires at -infinity is reaped like any other (its lag is unknown); a row
+// whose token cannot be raised any more is left for a person (verify names it).
 const sqlReap = `
 WITH expired AS MATERIALIZED (
     SELECT id, leased_until FROM resource_pool
-    WHERE status = 'PENDING'
+    WHERE status = 'PENDING' AND lease_token < 9223372036854775807
       AND leased_until < coalesce($1::timestamptz, clock_timestamp()) - $2::bigint * interval '1 microsecond'
     ORDER BY leased_until
     LIMIT %d
@@ -45,7 +47,8 @@ SET status = 'UNUSED', holder = NULL, leased_until = NULL,
 FROM expired
 WHERE r.id = expired.id AND r.status = 'PENDING'
   AND r.leased_until < coalesce($1::timestamptz, clock_timestamp()) - $2::bigint * interval '1 microsecond'
-RETURNING r.id, (extract(epoch FROM coalesce($1::timestamptz, clock_timestamp()) - expired.leased_until) * 1e6)::bigint`
+RETURNING r.id, CASE WHEN isfinite(expired.leased_until)
+                     THEN (extract(epoch FROM coalesce($1::timestamptz, clock_timestamp()) - expired.leased_until) * 1e6)::bigint END`
 
 // LeaseReap reclaims up to Batch expired leases in one short statement.
 func (e *Engine) LeaseReap(ctx context.Context, p *LeaseReapParams) (ReapResult, error) {
@@ -62,13 +65,16 @@ func (e *Engine) LeaseReap(ctx context.Context, p *LeaseReapParams) (ReapResult,
 	defer rows.Close()
 	var res ReapResult
 	for rows.Next() {
-		var id, lagMicros int64
+		var id int64
+		var lagMicros *int64
 		if err := rows.Scan(&id, &lagMicros); err != nil {
 			return ReapResult{}, fmt.Errorf("reap: %w", err)
 		}
 		res.IDs = append(res.IDs, id)
-		if lag := time.Duration(lagMicros) * time.Microsecond; lag > res.MaxLag {
-			res.MaxLag = lag
+		if lagMicros != nil {
+			if lag := time.Duration(*lagMicros) * time.Microsecond; lag > res.MaxLag {
+				res.MaxLag = lag
+			}
 		}
 	}
 	if err := rows.Err(); err != nil {

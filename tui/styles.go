@@ -2,10 +2,10 @@ package tui
 
 import (
 	"fmt"
+	"github.com/pooltop-dev/pooltop/internal/termtext"
 	"math"
 	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
@@ -46,21 +46,7 @@ func newStyles(color bool) Styles {
 
 // sanitize makes text from the database safe to print: control characters
 // (escape sequences above all) are shown escaped, never sent to the terminal.
-func sanitize(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r == '\n' || r == '\t' || r == '\r':
-			b.WriteByte(' ')
-		case unicode.IsControl(r) || r == unicode.ReplacementChar:
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
+func sanitize(s string) string { return termtext.Escape(s) }
 
 // formatInt writes 1234567 as 1,234,567.
 func formatInt(n int64) string {

@@ -1,0 +1,19 @@
+package termtext
+
+import "testing"
+
+func TestEscape(t *testing.T) {
+	for in, want := range map[string]string{
+		"res-0000000001":      "res-0000000001",
+		"\x1b]0;owned\x07":    `\x1b]0;owned\a`,
+		"a\x1b[2Jb":           `a\x1b[2Jb`,
+		"line1\r\nline2":      "line1  line2",
+		"caf\u00e9 \u00fcber": "caf\u00e9 \u00fcber",
+		"c1\u009bcsi":         `c1\u009bcsi`,
+		"bad\xffutf8":         `bad\ufffdutf8`,
+	} {
+		if got := Escape(in); got != want {
+			t.Errorf("Escape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
