@@ -246,21 +246,21 @@ func (q *pendingQuery) queue(b *pgx.Batch, table, index string, hasUpdated bool,
 	// count, ties included. Elapsed times are measured inside the statements
 	// (clock_timestamp() is read as each output column is computed, left to
 	// right), so that the pace follows the server's work, not the round trip.
+	// One streaming pass over the index entries (no sort, no materialized
+	// set): rank() is the position of the first entry of a key's run.
 	b.Queue(fmt.Sprintf(`
-WITH w AS MATERIALIZED (
-    SELECT leased_until AS k, row_number() OVER (ORDER BY leased_until) AS rn
-    FROM (SELECT leased_until FROM %[1]s WHERE status = 'PENDING' AND $1::boolean
-          AND leased_until >= $2::timestamptz AND leased_until < $3::timestamptz ORDER BY leased_until LIMIT $4::bigint) AS s
-), b AS (
-    SELECT k, min(rn) AS r FROM w WHERE k IN (SELECT k FROM w WHERE rn > 1 AND rn %% $5::bigint = 1) GROUP BY k HAVING min(rn) > 1
-)
-SELECT clock_timestamp(), (SELECT count(*) FROM w), (SELECT k FROM w WHERE rn = 1),
-       (SELECT row(count(*) FILTER (WHERE k < $6::timestamptz), count(*) FILTER (WHERE k < $7::timestamptz),
-                   count(*) FILTER (WHERE k < $8::timestamptz)) FROM w),
-       ARRAY(SELECT k FROM b ORDER BY k), ARRAY(SELECT r FROM b ORDER BY k),
+SELECT clock_timestamp(), count(*), min(k),
+       row(count(*) FILTER (WHERE k < $6::timestamptz), count(*) FILTER (WHERE k < $7::timestamptz),
+           count(*) FILTER (WHERE k < $8::timestamptz)),
+       coalesce(array_agg(k ORDER BY rn) FILTER (WHERE rn %% $5::bigint = 1 AND rn > 1 AND r > 1), '{}'),
+       coalesce(array_agg(r ORDER BY rn) FILTER (WHERE rn %% $5::bigint = 1 AND rn > 1 AND r > 1), '{}'),
        (SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_partition_tree(%[2]s::regclass) AS t
         JOIN pg_class c ON c.oid = t.relid WHERE $1::boolean AND t.isleaf),
-       clock_timestamp()`, table, quoteLiteral(index)),
+       clock_timestamp()
+FROM (SELECT leased_until AS k, row_number() OVER w AS rn, rank() OVER w AS r
+      FROM (SELECT leased_until FROM %[1]s WHERE status = 'PENDING' AND $1::boolean
+            AND leased_until >= $2::timestamptz AND leased_until < $3::timestamptz ORDER BY leased_until LIMIT $4::bigint) AS s
+      WINDOW w AS (ORDER BY leased_until)) AS x`, table, quoteLiteral(index)),
 		q.walkAt >= 0, from, upto, q.walk+1, sliceWidth, q.cuts[0], q.cuts[1], q.cuts[2]).QueryRow(func(row pgx.Row) error {
 		var t0, t1 time.Time
 		var bounds []pgtype.Timestamptz
@@ -270,9 +270,15 @@ SELECT clock_timestamp(), (SELECT count(*) FROM w), (SELECT k FROM w WHERE rn = 
 			return fmt.Errorf("pending ids: walk: %w", err)
 		}
 		q.first, q.below = finite(first), below
-		for _, b := range bounds {
-			q.bounds = append(q.bounds, *finite(b))
+		var ranks []int64
+		for i, b := range bounds {
+			k := *finite(b)
+			if n := len(q.bounds); n > 0 && q.bounds[n-1].Equal(k) {
+				continue // a run longer than a slice: one bound
+			}
+			q.bounds, ranks = append(q.bounds, k), append(ranks, q.ranks[i])
 		}
+		q.ranks = ranks
 		q.rotMS += float64(t1.Sub(t0).Microseconds()) / 1000
 		return nil
 	})
@@ -518,8 +524,13 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	f.low, f.lowKnown = q.low, q.lowN <= lowCap && q.lowN == p.live
 	f.ageS = now.Sub(oldest).Seconds()
 	f.estimated = !exact || partial || oldest.Before(now) || p.none.sampled
-	// Pace: walk and recount more entries a poll while it is cheap.
+	// Pace: walk and recount more entries a poll while it is cheap. Until
+	// every slice has been walked and counted once, the budget is larger:
+	// the first polls of a large leak pay for it, the others do not.
 	budget := float64(countBudget.Microseconds()) / 1000
+	if !exact || uncounted(p.slices) {
+		budget = max(budget, discoveryBudgetMS)
+	}
 	switch {
 	case q.rotMS < budget && p.per < maxPending:
 		p.per *= 2
@@ -527,6 +538,19 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		p.per /= 2
 	}
 	return f
+}
+
+// discoveryBudgetMS is the server time a poll may spend walking and
+// counting while the slices do not yet cover the index.
+const discoveryBudgetMS = 20
+
+func uncounted(slices []pslice) bool {
+	for _, s := range slices {
+		if s.at.IsZero() {
+			return true
+		}
+	}
+	return false
 }
 
 // cut replaces the walked slice by the slices the walk found: [lo, b1),
