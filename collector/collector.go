@@ -199,6 +199,10 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	// passes jit_above_cost (a generic plan's estimates are rough) would
 	// spend hundreds of milliseconds in LLVM at every execution.
 	rp["jit"] = "off"
+	// Nor start parallel workers: a generic plan may choose a parallel
+	// aggregate for a count that finds nothing, and pay for the workers'
+	// start (milliseconds, and processes on the server) at every poll.
+	rp["max_parallel_workers_per_gather"] = "0"
 	if pcfg.ConnConfig.ConnectTimeout == 0 {
 		pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
@@ -447,10 +451,10 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		if !pq.server.IsZero() {
 			now = pq.server
 		}
-		c.unused.lowerFloor(f.low, f.lowKnown && !f.freed)
+		c.unused.lowerFloor(f.low, f.lowKnown, f.freed)
 	} else {
 		f = c.census.absorb(cq, start, c.cfg.CountBudget)
-		c.unused.lowerFloor(nil, false)
+		c.unused.lowerFloor(nil, false, false)
 		s.Limits = append(s.Limits, fmt.Sprintf("no partial index on PENDING rows: pending, expired and stuck come from reading the table in turn (oldest part %s old); for exact counts at every poll, CREATE INDEX CONCURRENTLY ON %s (leased_until) WHERE status = 'PENDING' (the reaper needs it too)",
 			(time.Duration(f.ageS)*time.Second).String(), c.t.qualified))
 	}

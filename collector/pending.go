@@ -34,7 +34,8 @@ import (
 // counted from the index at every poll (every few polls when there are very
 // many), and how long they have waited is read from a sample of them.
 type pendingCounter struct {
-	per    int64    // entries walked, and entries recounted in turn, per poll: the pace
+	per    int64    // entries recounted in turn per poll: the pace, against the count budget
+	walk   int64    // entries walked per poll, against the discovery budget
 	slices []pslice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
 	cursor int
 	none   pregion       // PENDING without a lease
@@ -117,18 +118,19 @@ type pendingQuery struct {
 	low      *int64     // lowest id of the live leases, when there are at most lowCap
 	lowN     int64      // live leases read for low (lowCap+1: more)
 	server   time.Time
-	rotMS    float64 // server time of the walk and the recounts
+	walkMS   float64 // server time of the walk
+	rotMS    float64 // server time of the recounts
 }
 
 // plan decides what the next poll counts. now is our clock; expiredAfter and
 // stuckAfter are the alert thresholds.
 func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Duration) *pendingQuery {
 	if p.per == 0 {
-		p.per = initPending
+		p.per, p.walk = minPending, initPending
 		p.slices = []pslice{{}}
 	}
 	server := now.Add(p.skew)
-	q := &pendingQuery{walkAt: -1, walk: p.per, cuts: [3]time.Time{server, server.Add(-expiredAfter), server.Add(-stuckAfter)}}
+	q := &pendingQuery{walkAt: -1, walk: p.walk, cuts: [3]time.Time{server, server.Add(-expiredAfter), server.Add(-stuckAfter)}}
 	q.none = p.none.wait <= 0 || !p.none.counted
 	q.askForever, q.askLow = p.polls%foreverEvery == 0, p.lowSkip <= 0 || p.live <= lowCap
 	p.polls++
@@ -279,7 +281,7 @@ FROM (SELECT leased_until AS k, row_number() OVER w AS rn, rank() OVER w AS r
 			q.bounds, ranks = append(q.bounds, k), append(ranks, q.ranks[i])
 		}
 		q.ranks = ranks
-		q.rotMS += float64(t1.Sub(t0).Microseconds()) / 1000
+		q.walkMS = float64(t1.Sub(t0).Microseconds()) / 1000
 		return nil
 	})
 	b.Queue(fmt.Sprintf(`
@@ -524,18 +526,31 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	f.low, f.lowKnown = q.low, q.lowN <= lowCap && q.lowN == p.live
 	f.ageS = now.Sub(oldest).Seconds()
 	f.estimated = !exact || partial || oldest.Before(now) || p.none.sampled
-	// Pace: walk and recount more entries a poll while it is cheap. Until
-	// every slice has been walked and counted once, the budget is larger:
-	// the first polls of a large leak pay for it, the others do not.
+	// Pace: recount more entries a poll while it is cheap. Walks have a
+	// larger budget: they cover the index once at start (the first polls of
+	// a large leak pay for it) and then only re-cut a slice that grew. Slices
+	// never counted are counted under the walk's budget too.
 	budget := float64(countBudget.Microseconds()) / 1000
-	if !exact || uncounted(p.slices) {
-		budget = max(budget, discoveryBudgetMS)
+	discovering := !exact || uncounted(p.slices)
+	rb := budget
+	if discovering {
+		rb = max(budget, discoveryBudgetMS)
 	}
 	switch {
-	case q.rotMS < budget && p.per < maxPending:
+	case q.rotMS < rb && p.per < maxPending:
 		p.per *= 2
-	case q.rotMS > 2*budget && p.per > minPending:
-		p.per /= 2
+	case q.rotMS > 2*rb && p.per > minPending:
+		p.per = max(minPending, p.per/2)
+	}
+	if !discovering && p.per > 8*minPending {
+		p.per = 8 * minPending // back to a steady pace at once
+	}
+	switch {
+	case q.walkAt < 0:
+	case q.walkMS < discoveryBudgetMS && p.walk < maxPending:
+		p.walk *= 2
+	case q.walkMS > 2*discoveryBudgetMS && p.walk > minPending:
+		p.walk /= 2
 	}
 	return f
 }

@@ -36,6 +36,7 @@ type unusedCounter struct {
 	floor    *int64
 	anchored time.Time
 	reanchor time.Duration // default reanchor
+	unsure   int           // polls without a known lowest live lease id
 }
 
 // lowerFloor adjusts the floor for the next poll from the PENDING figures:
@@ -43,15 +44,27 @@ type unusedCounter struct {
 // lowest id of a live lease; when PENDING rows elsewhere were freed (by the
 // reaper, or by hand) or the live leases were not counted, the next poll
 // looks from the start of the index.
-func (u *unusedCounter) lowerFloor(low *int64, valid bool) {
+func (u *unusedCounter) lowerFloor(low *int64, valid, freed bool) {
 	switch {
-	case !valid:
+	case freed:
 		u.floor = nil
+	case !valid:
+		// Too many live leases to know the lowest: look from the start every
+		// few polls, and from this poll's lowest UNUSED id in between (a
+		// walk from the start reads every entry claims left dead at the head).
+		u.unsure++
+		if u.unsure%unsureEvery == 0 {
+			u.floor = nil
+		}
 	case u.floor != nil && low != nil && *low < *u.floor:
 		f := *low
 		u.floor = &f
 	}
 }
+
+// unsureEvery: while the lowest live lease id is unknown, how many polls
+// apart the lowest UNUSED id is looked for from the start of the index.
+const unsureEvery = 5
 
 // reanchor is how often the lowest UNUSED id is looked for from the start of
 // the index all the same, to see ids returned below the floor by hand.
