@@ -299,6 +299,9 @@ Go's timers overshoot by about 0.1 ms, so 1ms is about 1.1 ms per exchange.`,
 						return err
 					}
 					r, err := workload.BenchRun(ctx, d.eng, m, n, warmup, duration)
+					if ctx.Err() != nil {
+						return fmt.Errorf("bench interrupted: no table is printed for a partial run")
+					}
 					if err != nil {
 						return err
 					}
@@ -311,6 +314,9 @@ Go's timers overshoot by about 0.1 ms, so 1ms is about 1.1 ms per exchange.`,
 						return err
 					}
 					r, err := pgbenchCycle(ctx, g, d, n, duration, rtt)
+					if ctx.Err() != nil {
+						return fmt.Errorf("bench interrupted: no table is printed for a partial run")
+					}
 					if err != nil {
 						fmt.Fprintf(g.stderr, "bench: pgbench skipped: %v\n", oneLine(err.Error()))
 						noPgbench = true
@@ -321,9 +327,21 @@ Go's timers overshoot by about 0.1 ms, so 1ms is about 1.1 ms per exchange.`,
 				}
 			}
 			if g.jsonOut {
-				return writeJSON(g.stdout, results)
+				if err := writeJSON(g.stdout, results); err != nil {
+					return err
+				}
+			} else {
+				printBench(g, results, counts, rtt)
 			}
-			printBench(g, results, counts, rtt)
+			var empty []string
+			for _, r := range results {
+				if r.EmptyPool > 0 {
+					empty = append(empty, fmt.Sprintf("%s at %d workers (%d claims found nothing)", r.Strategy, r.Workers, r.EmptyPool))
+				}
+			}
+			if len(empty) > 0 {
+				return fmt.Errorf("the pool of %d ids ran empty in %s: those figures measure an empty pool, not the strategy; raise --pool-size", poolSize, strings.Join(empty, ", "))
+			}
 			return nil
 		},
 	}

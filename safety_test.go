@@ -83,7 +83,7 @@ UPDATE resource_pool SET leased_until = now() - interval '1 hour' WHERE id % 12 
 // loadCommands are the commands that generate load, at their cheapest.
 var loadCommands = [][]string{
 	{"--headless", "--count", "1", "--pool-size", "1000"},
-	{"bench", "--duration", "1s", "--warmup", "0s", "--workers", "1", "--strategies", "skip-locked", "--no-pgbench", "--pool-size", "1000"},
+	{"bench", "--duration", "1s", "--warmup", "0s", "--workers", "1", "--strategies", "skip-locked", "--no-pgbench", "--pool-size", "20000"},
 	{"chaos", "--scenario", "healthy", "--duration", "1s", "--pool-size", "1000"},
 }
 

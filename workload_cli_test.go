@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -130,5 +131,69 @@ func TestBenchCommand(t *testing.T) {
 		if !strings.Contains(r.stdout, field) {
 			t.Errorf("bench JSON lacks %s", field)
 		}
+	}
+}
+
+// A pool too small for the run is not measured in silence: bench prints
+// the table and fails naming the runs that found it empty.
+func TestBenchOnAPoolThatRunsEmpty(t *testing.T) {
+	t.Parallel()
+	db := []string{"--dsn", pgtest.DSN(), "--schema", scratch(t)}
+	r := pooltop(t, append([]string{"bench", "--pool-size", "100", "--workers", "4", "--strategies", "skip-locked",
+		"--duration", "1s", "--warmup", "0s", "--no-pgbench"}, db...)...)
+	if r.code != exitError || !strings.Contains(r.stderr, "ran empty in skip-locked at 4 workers") || !strings.Contains(r.stderr, "raise --pool-size") {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// The database going away during a chaos run (here every one of its
+// sessions is terminated) is reported as an outage, exit 1, not as an
+// invariant the protocol broke (exit 6).
+//
+// Not parallel: it terminates every session named pooltop-chaos.
+func TestChaosDuringAnOutage(t *testing.T) {
+	schema := scratch(t)
+	done := make(chan result, 1)
+	go func() {
+		done <- pooltop(t, "chaos", "--scenario", "healthy", "--duration", "4s", "--pool-size", "20000", "--dsn", pgtest.DSN(), "--schema", schema)
+	}()
+	conn, err := pgx.Connect(context.Background(), pgtest.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	deadline := time.Now().Add(30 * time.Second)
+	// The run is under way once its workers hold several sessions (seeding
+	// takes one or two).
+	for {
+		var n int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pooltop-chaos'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the chaos run never started its workers")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	killed := int64(0)
+	for killed < 4 && time.Now().Before(deadline) {
+		var n int64
+		// Every session of the run, again and again: workers and reaper all lose theirs.
+		if err := conn.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE application_name = 'pooltop-chaos' AND datname = current_database()`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		killed += n
+		time.Sleep(100 * time.Millisecond)
+	}
+	r := <-done
+	if killed == 0 {
+		t.Fatal("no session of the chaos run was found to terminate")
+	}
+	if r.code != exitError || !strings.Contains(r.stderr, "unreachable during the run") || strings.Count(r.stderr, "\n") > 10 {
+		t.Fatalf("after %d sessions terminated: exit %d, stderr %q", killed, r.code, r.stderr)
 	}
 }

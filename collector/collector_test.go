@@ -460,3 +460,16 @@ func TestRingIsBounded(t *testing.T) {
 		t.Fatalf("ring %v", got)
 	}
 }
+
+// An empty pool says so: not "lasts forever at 0/s".
+func TestEmptyPoolIsNamed(t *testing.T) {
+	b := setup(t, 50)
+	b.exec(t, `UPDATE resource_pool SET status = 'CONSUMED'`)
+	c := b.collector(t, collector.Config{})
+	s := pollUntil(t, c, "live tuples counted", func(s collector.Snapshot) bool { return s.LiveTuples == 50 })
+	for _, a := range s.Alerts {
+		if a.Name == "depletion" && (!a.Active || !strings.Contains(a.Message, "the pool is empty") || strings.Contains(a.Message, "forever")) {
+			t.Fatalf("depletion alert on an empty pool: %+v", a)
+		}
+	}
+}

@@ -600,6 +600,27 @@ func (p *pendingCounter) cut(q *pendingQuery, now time.Time) {
 	if len(out) > 0 && q.first != nil {
 		out[0].min = q.first // the walk's first key is the first new slice's earliest
 	}
+	// A new slice still too wide starts with a run of one key longer than a
+	// slice (many leases set by one statement share their expiry): cut the
+	// run off as a slice of its own, or every poll would walk it again.
+	var split []pslice
+	for i, sl := range out {
+		key := sl.lo
+		if key == nil && i == 0 {
+			key = q.first
+		}
+		if !sl.known || sl.n <= 2*sliceWidth || sl.run() || key == nil {
+			split = append(split, sl)
+			continue
+		}
+		k := *key
+		next := k.Add(time.Microsecond)
+		if sl.lo == nil {
+			split = append(split, pslice{hi: &k, at: now, known: true}) // nothing lies below the first key
+		}
+		split = append(split, pslice{lo: &k, hi: &next, n: sl.n, min: &k, known: true}, pslice{lo: &next, hi: sl.hi, known: true})
+	}
+	out = split
 	p.slices = append(p.slices[:q.walkAt], append(out, p.slices[q.walkAt+1:]...)...)
 }
 

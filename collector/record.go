@@ -165,8 +165,11 @@ func (c *Collector) evaluate(s *Snapshot, ev func(kind, format string, args ...a
 	rule("lock_wait", s.LockWaitMaxMS > float64(a.LockWait.Milliseconds()),
 		"longest lock wait %.0f ms (threshold %v)", s.LockWaitMaxMS, a.LockWait)
 	draining := s.DepletionETAS != nil && *s.DepletionETAS < a.DepletionWithin.Seconds()
-	rule("depletion", draining || (s.Pool.Unused == 0 && s.Pool.Total > 0),
-		"UNUSED %d lasts %s at %.0f/s (threshold %v)", s.Pool.Unused, etaText(s.DepletionETAS), s.BurnPerS, a.DepletionWithin)
+	if empty := s.Pool.Unused == 0 && s.Pool.Total > 0; empty {
+		rule("depletion", true, "the pool is empty: every id is PENDING or CONSUMED; refill it, or free the ids leaked or expired")
+	} else {
+		rule("depletion", draining, "UNUSED %d lasts %s at %.0f/s (threshold %v)", s.Pool.Unused, etaText(s.DepletionETAS), s.BurnPerS, a.DepletionWithin)
+	}
 	rule("reaper_lag", s.Pool.ExpiredOld > 0,
 		"%d leases expired more than %v ago are still PENDING", s.Pool.ExpiredOld, a.ExpiredAfter)
 	rule("dead_tuples", s.DeadRatio > a.DeadRatio,

@@ -173,7 +173,13 @@ func TestCountsOnEveryShape(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					worst, which = worstError(s.Pool, countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter))
+					tr := countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
+					// CONSUMED derives from the live-tuple statistics (an
+					// estimate, marked so): within 1%. Every other figure exact.
+					if c := float64(s.Pool.Consumed - tr.consumed); c*c <= 1e-4*float64(tr.consumed*tr.consumed) {
+						s.Pool.Consumed = tr.consumed
+					}
+					worst, which = worstError(s.Pool, tr)
 					if worst == 0 {
 						return
 					}

@@ -228,7 +228,9 @@ FROM h LEFT JOIN LATERAL (
 			u.counts[k], u.at[k] = n, now
 		}
 		h, t := *head/u.width, *top/u.width
-		u.moved = max(0, h-u.head)
+		// A head that moved down (ids returned below it) left chunks between
+		// the two heads uncounted: the next poll looks ahead over them too.
+		u.moved = max(h-u.head, u.head-h)
 		u.head, u.top = h, t
 		for k, old := range u.counts {
 			if k < h || k > t {

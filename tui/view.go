@@ -172,7 +172,9 @@ func (m Model) viewPool(w int) string {
 	}
 	s := m.snap
 	eta := "not draining"
-	if s.DepletionETAS != nil {
+	if p.Unused == 0 && p.Total > 0 {
+		eta = st.Alert.Render("EMPTY")
+	} else if s.DepletionETAS != nil {
 		eta = "empty in " + shortDuration(*s.DepletionETAS)
 	}
 	leaked := ""

@@ -3,6 +3,9 @@ package workload
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,11 +58,15 @@ func classify(err error) ErrorClass {
 		return ErrClassTimeout
 	case pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded):
 		return ErrClassTimeout
+	case errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"):
+		return ErrClassConn // connection exception; the server shut down or ended the session
 	case errors.As(err, &pgErr):
 		return ErrClassOther
 	}
 	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) || pgconn.SafeToRetry(err) {
+	var ne net.Error
+	if errors.As(err, &ce) || pgconn.SafeToRetry(err) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "conn closed") {
 		return ErrClassConn
 	}
 	return ErrClassOther

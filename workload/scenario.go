@@ -2,6 +2,7 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -127,6 +128,17 @@ func (s Summary) OK() bool { return len(s.Violations) == 0 }
 // workers, lets the reaper catch up (TTL + 2 reaper intervals + grace),
 // audits the database and summarises. The pool must already hold the
 // scenario's ids. progress, if not nil, gets a line per second.
+// ErrOutage: the database was unreachable during a chaos run.
+var ErrOutage = errors.New("the database was unreachable during the run")
+
+// outage names a lost connection as the outage it is.
+func outage(err error) error {
+	if classify(err) == ErrClassConn {
+		return fmt.Errorf("%w: %w", ErrOutage, err)
+	}
+	return err
+}
+
 func Chaos(ctx context.Context, eng *engine.Engine, sc Scenario, d time.Duration, seed uint64, override func(*Config), progress func(Snapshot)) (Summary, error) {
 	cfg := sc.Config(seed)
 	if override != nil {
@@ -176,16 +188,16 @@ run:
 	case <-time.After(catchUp):
 	}
 	if _, err := wl.Reaper().RunOnce(ctx); err != nil { // one more pass, so the audit sees its effect
-		return Summary{}, err
+		return Summary{}, outage(err)
 	}
 	lost, err := wl.RefreshOrphans(ctx)
 	if err != nil {
-		return Summary{}, err
+		return Summary{}, outage(err)
 	}
 	wl.Stop()
 	audit, err := eng.Audit(ctx, 0)
 	if err != nil {
-		return Summary{}, err
+		return Summary{}, outage(err)
 	}
 	snap := wl.Snapshot()
 	rs := wl.Reaper().Stats()
@@ -206,6 +218,13 @@ run:
 		Crashes:        snap.Crashes, Pauses: snap.Pauses, EmptyPool: snap.EmptyPool,
 		Conflicts: snap.Conflicts, Errors: errs, Audit: audit,
 		Violations: []string{}, Expected: []string{},
+	}
+	// A run the database was away for says nothing about the invariants:
+	// the reaper could not reap and the workers could not commit, so what
+	// the audit sees is the outage, not the protocol.
+	if conn := snap.Errors[errClassNames[ErrClassConn]]; conn > 0 || rs.Errors > 0 {
+		return s, fmt.Errorf("%w: %d worker statements lost their connection and %d reaper passes failed (last: %v): run the scenario again on a server that stays up",
+			ErrOutage, conn, rs.Errors, rs.LastError)
 	}
 	s.judge(sc, audit)
 	return s, nil
