@@ -420,6 +420,13 @@ func TestSeedOnlyTableInAnotherSchemaWithMinimalRole(t *testing.T) {
 	if len(s2.Limits) == 0 || !strings.Contains(strings.Join(s2.Limits, " "), "pg_monitor") {
 		t.Fatalf("limits %v", s2.Limits)
 	}
+
+	// Without USAGE on the schema the role is told so, not that the table
+	// does not exist.
+	b.exec(t, `REVOKE USAGE ON SCHEMA `+q+` FROM `+rq)
+	if _, err := collector.New(b.ctx, collector.Config{DSN: u.String(), Table: ops + ".resource_pool"}); err == nil || !strings.Contains(err.Error(), "no USAGE on schema") {
+		t.Fatalf("without USAGE: %v", err)
+	}
 }
 
 func TestBadTable(t *testing.T) {
@@ -471,5 +478,18 @@ func TestEmptyPoolIsNamed(t *testing.T) {
 		if a.Name == "depletion" && (!a.Active || !strings.Contains(a.Message, "the pool is empty") || strings.Contains(a.Message, "forever")) {
 			t.Fatalf("depletion alert on an empty pool: %+v", a)
 		}
+	}
+}
+
+// Leases at ±infinity are counted (one never expires, one expired forever
+// ago), not a failed poll.
+func TestInfiniteLeasesAreCounted(t *testing.T) {
+	b := setup(t, 20)
+	b.exec(t, `UPDATE resource_pool SET status = 'PENDING', holder = 'h', lease_token = 1, leased_until = '-infinity' WHERE id = 1`)
+	b.exec(t, `UPDATE resource_pool SET status = 'PENDING', holder = 'h', lease_token = 1, leased_until = 'infinity' WHERE id = 2`)
+	c := b.collector(t, collector.Config{})
+	s := pollUntil(t, c, "both counted", func(s collector.Snapshot) bool { return s.Pool.Pending == 2 })
+	if s.Pool.Expired != 1 || s.Pool.Stuck != 1 || s.Pool.Unused != 18 {
+		t.Fatalf("pool %+v", s.Pool)
 	}
 }

@@ -127,8 +127,11 @@ type AuditReport struct {
 	ConsumedWithoutEffect int64 `json:"consumed_without_effect"`
 	// DoubleFinalizations: ids with more than one effect.
 	DoubleFinalizations int64 `json:"double_finalizations"`
-	// StaleEffects: effects written with a token other than the id's final one.
+	// StaleEffects: effects written with a token older than the id's final one.
 	StaleEffects int64 `json:"stale_effects"`
+	// UnissuedEffects: effects written with a token the id never had (a
+	// commit without the fence, with a made-up token).
+	UnissuedEffects int64 `json:"unissued_effects"`
 	// EffectsOnUnconsumed: effects whose id is not CONSUMED.
 	EffectsOnUnconsumed int64 `json:"effects_on_unconsumed"`
 	// PendingUnleased: PENDING ids with no expiry, which nothing will reclaim.
@@ -168,7 +171,8 @@ WITH pool AS (
     FROM resource_pool r
 ), ledger AS (
     SELECT count(*) AS effects,
-           count(*) FILTER (WHERE b.lease_token <> r.lease_token) AS stale,
+           count(*) FILTER (WHERE b.lease_token < r.lease_token) AS stale,
+           count(*) FILTER (WHERE b.lease_token > r.lease_token) AS unissued,
            count(*) FILTER (WHERE r.status <> 'CONSUMED') AS on_unconsumed
     FROM business_ledger b JOIN resource_pool r ON r.id = b.resource_id
 ), doubles AS (
@@ -176,7 +180,7 @@ WITH pool AS (
         SELECT resource_id FROM business_ledger GROUP BY resource_id HAVING count(*) > 1) d
 )
 SELECT total, unused, pending, consumed, unleased, past_grace, oldest_ms, consumed_without,
-       effects, stale, on_unconsumed, doubles, forever, no_status, no_updated, exhausted
+       effects, stale, unissued, on_unconsumed, doubles, forever, no_status, no_updated, exhausted
 FROM pool, ledger, doubles`
 
 // Audit checks the invariants over the whole pool: conservation, at most one
@@ -187,7 +191,7 @@ func (e *Engine) Audit(ctx context.Context, grace time.Duration) (AuditReport, e
 	var a AuditReport
 	err := e.db.QueryRow(ctx, sqlAudit, durationMicros(grace)).Scan(&a.Total, &a.Unused, &a.Pending, &a.Consumed,
 		&a.PendingUnleased, &a.PendingPastGrace, &a.OldestPastGraceMS, &a.ConsumedWithoutEffect,
-		&a.Effects, &a.StaleEffects, &a.EffectsOnUnconsumed, &a.DoubleFinalizations,
+		&a.Effects, &a.StaleEffects, &a.UnissuedEffects, &a.EffectsOnUnconsumed, &a.DoubleFinalizations,
 		&a.PendingForever, &a.BadStatus, &a.BadUpdatedAt, &a.TokenExhausted)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, fmt.Errorf("audit: no result")
@@ -208,6 +212,7 @@ func (e *Engine) Audit(ctx context.Context, grace time.Duration) (AuditReport, e
 	add(a.ConsumedWithoutEffect, "%d CONSUMED ids have no effect in business_ledger")
 	add(a.DoubleFinalizations, "%d ids have more than one effect (double finalization)")
 	add(a.StaleEffects, "%d effects were written with a stale token")
+	add(a.UnissuedEffects, "%d effects were written with a token the id was never given (committed without the fence)")
 	add(a.EffectsOnUnconsumed, "%d effects belong to ids that are not CONSUMED")
 	add(a.PendingUnleased, "%d PENDING ids have no lease: nothing will ever reclaim them")
 	if a.PendingPastGrace > 0 {

@@ -85,3 +85,16 @@ func TestRowsOutsideTheContract(t *testing.T) {
 		}
 	}
 }
+
+// A commit without the fence, with a token never issued, on an id nobody
+// leased: verify calls it what it is, not a stale token.
+func TestUnfencedCommitWithATokenNeverIssued(t *testing.T) {
+	b := setup(t, 3)
+	if _, err := b.eng.LeaseCommit(b.ctx, &engine.LeaseCommitParams{ID: 2, Token: 77, RequestID: "made-up", Holder: "x", NoFence: true}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := b.eng.Audit(b.ctx, time.Hour)
+	if err != nil || a.UnissuedEffects != 1 || a.StaleEffects != 0 || !strings.Contains(strings.Join(a.Violations, " "), "never given") {
+		t.Fatalf("audit %+v %v", a, err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
 	"github.com/muesli/termenv"
 
 	"github.com/pooltop-dev/pooltop/collector"
@@ -369,3 +370,25 @@ func BenchmarkView200x60(b *testing.B) {
 }
 
 var _ = fmt.Sprint
+
+// Long and wide text in the blocking tree (CJK, emoji, combining marks, a
+// very long query) stays in its column: every line is exactly as wide as
+// the screen, and the events column starts where it always does.
+func TestBlockerRowsStayInTheirColumn(t *testing.T) {
+	src := canned(false)
+	q := strings.Repeat("UPDATE 資源プール SET status = 'PENDING' 🔒👩‍💻 e\u0301 ", 20)
+	src.snap.Blockers = []collector.Blocker{{PID: 4100, App: "アプリ🙂" + strings.Repeat("x", 80), State: "idle in transaction", Query: q, Blocks: []int32{4242, 4243}}}
+	for _, size := range [][2]int{{100, 30}, {80, 24}, {200, 60}} {
+		m := polled(t, src, nil, size[0], size[1])
+		for i, l := range strings.Split(m.View(), "\n") {
+			if w := lipgloss.Width(l); w != size[0] {
+				t.Fatalf("%dx%d: line %d is %d wide: %q", size[0], size[1], i, w, l)
+			}
+			if strings.Contains(l, "events") && !strings.HasPrefix(ansiStrip(l)[size[0]/2:], "events") {
+				t.Fatalf("%dx%d: the events column moved: %q", size[0], size[1], l)
+			}
+		}
+	}
+}
+
+func ansiStrip(s string) string { return ansi.Strip(s) }
