@@ -296,11 +296,11 @@ Go's timers overshoot by about 0.1 ms, so 1ms is about 1.1 ms per exchange.`,
 			for _, n := range counts {
 				for _, m := range modes {
 					if err := freshPool(ctx, d, poolSize); err != nil {
-						return err
+						return interrupted(ctx, err)
 					}
 					r, err := workload.BenchRun(ctx, d.eng, m, n, warmup, duration)
 					if ctx.Err() != nil {
-						return fmt.Errorf("bench interrupted: no table is printed for a partial run")
+						return interrupted(ctx, err)
 					}
 					if err != nil {
 						return err
@@ -311,11 +311,11 @@ Go's timers overshoot by about 0.1 ms, so 1ms is about 1.1 ms per exchange.`,
 				}
 				if !noPgbench {
 					if err := freshPool(ctx, d, poolSize); err != nil {
-						return err
+						return interrupted(ctx, err)
 					}
 					r, err := pgbenchCycle(ctx, g, d, n, duration, rtt)
 					if ctx.Err() != nil {
-						return fmt.Errorf("bench interrupted: no table is printed for a partial run")
+						return interrupted(ctx, err)
 					}
 					if err != nil {
 						fmt.Fprintf(g.stderr, "bench: pgbench skipped: %v\n", oneLine(err.Error()))
@@ -358,6 +358,14 @@ Go's timers overshoot by about 0.1 ms, so 1ms is about 1.1 ms per exchange.`,
 	f.BoolVar(&g.jsonOut, "json", false, "print JSON")
 	f.BoolVar(&g.allowWrites, "allow-writes", false, "with --dsn: run even in a database where pooltop created no pool")
 	return cmd
+}
+
+// interrupted names a bench stopped by Ctrl-C (or SIGTERM) as such.
+func interrupted(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return errors.New("bench interrupted: no table is printed for a partial run")
+	}
+	return err
 }
 
 // pgbenchCycle runs the single-row claim and fenced commit through pgbench.

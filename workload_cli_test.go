@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,5 +196,72 @@ func TestChaosDuringAnOutage(t *testing.T) {
 	}
 	if r.code != exitError || !strings.Contains(r.stderr, "unreachable during the run") || strings.Count(r.stderr, "\n") > 10 {
 		t.Fatalf("after %d sessions terminated: exit %d, stderr %q", killed, r.code, r.stderr)
+	}
+}
+
+// Interrupted (Ctrl-C) during its runs, bench prints no partial table and
+// exits non-zero.
+func TestBenchInterrupted(t *testing.T) {
+	t.Parallel()
+	schema := scratch(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stderr := &signalWriter{want: "acquires/s", seen: make(chan struct{})}
+	var stdout strings.Builder
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"bench", "--workers", "1,2", "--strategies", "skip-locked", "--duration", "3s", "--warmup", "0s",
+			"--no-pgbench", "--pool-size", "50000", "--dsn", pgtest.DSN(), "--schema", schema}, &stdout, stderr)
+	}()
+	select {
+	case <-stderr.seen: // the first run finished: interrupt the second
+	case <-time.After(time.Minute):
+		t.Fatal("the first bench run never finished")
+	}
+	cancel()
+	code := <-done
+	if code == exitOK || strings.Contains(stdout.String(), "strategy") || !strings.Contains(stderr.String(), "interrupted") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}
+
+// signalWriter closes seen the first time want is written.
+type signalWriter struct {
+	mu   sync.Mutex
+	b    strings.Builder
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b.Write(p)
+	if strings.Contains(w.b.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+func (w *signalWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// Every chaos flag is checked before its pool is emptied and refilled.
+func TestChaosChecksFlagsBeforeEmptyingThePool(t *testing.T) {
+	t.Parallel()
+	schema := scratch(t)
+	db := []string{"--dsn", pgtest.DSN(), "--schema", schema}
+	pooltop(t, append([]string{"seed", "--count", "7"}, db...)...).must(t)
+	r := pooltop(t, append([]string{"chaos", "--workers", "100000"}, db...)...)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "workers") {
+		t.Fatalf("exit %d %q", r.code, r.stderr)
+	}
+	var n int
+	if err := pgtest.PoolQueryRow(context.Background(), schema, "SELECT count(*) FROM resource_pool", &n); err != nil || n != 7 {
+		t.Fatalf("the pool has %d ids after a refused chaos run, want the 7 it had (%v)", n, err)
 	}
 }
