@@ -147,7 +147,7 @@ the pooltop marker unless --allow-writes is given.
 					return err
 				}
 				if g.jsonOut {
-					return writeJSON(g.stdout, map[string]any{"id": l.ID, "identifier": l.Identifier, "token": l.Token, "status": "UNUSED"})
+					return writeJSON(g.stdout, map[string]any{"id": l.ID, "identifier": l.Identifier, "token": l.Token, "status": engine.StatusUnused})
 				}
 				fmt.Fprintf(g.stdout, "released id %d (%s); it is UNUSED at token %d\n", l.ID, termtext.Escape(l.Identifier), l.Token)
 				return nil
@@ -252,7 +252,7 @@ the pooltop marker unless --allow-writes is given.
 					if r.Expired {
 						until += " (expired)"
 					}
-				} else if r.Status == "PENDING" {
+				} else if r.Status == engine.StatusPending {
 					until = "never (no lease: only a person or a release frees it)"
 				}
 				if r.Holder != nil {

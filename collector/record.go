@@ -83,16 +83,16 @@ func (c *Collector) record(s *Snapshot) {
 					c.series[SeriesFenced].Add(Point{s.Time, r})
 				}
 				if d := cur.reclaimed - p.reclaimed; d > 0 {
-					ev("reclaimed", "reaper reclaimed %d expired leases", d)
+					ev(EventReclaimed, "reaper reclaimed %d expired leases", d)
 				}
 				if d := cur.fenced - p.fenced; d > 0 {
-					ev("fenced", "%d zombie commits rejected by the fence", d)
+					ev(EventFenced, "%d zombie commits rejected by the fence", d)
 				}
 				if d := cur.double - p.double; d > 0 {
-					ev("double", "%d DOUBLE FINALIZATIONS: effects committed twice (fencing off)", d)
+					ev(EventDouble, "%d DOUBLE FINALIZATIONS: effects committed twice (fencing off)", d)
 				}
 				if d := cur.crashes - p.crashes; d > 0 {
-					ev("crash", "%d workers crashed holding their leases", d)
+					ev(EventCrash, "%d workers crashed holding their leases", d)
 				}
 			}
 		}
@@ -153,29 +153,29 @@ func (c *Collector) evaluate(s *Snapshot, ev func(kind, format string, args ...a
 		switch {
 		case active && !st.Active:
 			st.Active, st.Since = true, s.Time
-			ev("alert", "ALERT %s: %s", name, msg)
+			ev(EventAlert, "ALERT %s: %s", name, msg)
 		case !active && st.Active:
 			st.Active = false
-			ev("cleared", "cleared %s after %s", name, s.Time.Sub(st.Since).Round(time.Second))
+			ev(EventCleared, "cleared %s after %s", name, s.Time.Sub(st.Since).Round(time.Second))
 			st.Since = time.Time{}
 		}
 		st.Message = msg
 		s.Alerts = append(s.Alerts, *st)
 	}
-	rule("lock_wait", s.LockWaitMaxMS > float64(a.LockWait.Milliseconds()),
+	rule(AlertLockWait, s.LockWaitMaxMS > float64(a.LockWait.Milliseconds()),
 		"longest lock wait %.0f ms (threshold %v)", s.LockWaitMaxMS, a.LockWait)
 	draining := s.DepletionETAS != nil && *s.DepletionETAS < a.DepletionWithin.Seconds()
 	if empty := s.Pool.Unused == 0 && s.Pool.Total > 0; empty {
-		rule("depletion", true, "the pool is empty: every id is PENDING or CONSUMED; refill it, or free the ids leaked or expired")
+		rule(AlertDepletion, true, "the pool is empty: every id is PENDING or CONSUMED; refill it, or free the ids leaked or expired")
 	} else {
-		rule("depletion", draining, "UNUSED %d lasts %s at %.0f/s (threshold %v)", s.Pool.Unused, etaText(s.DepletionETAS), s.BurnPerS, a.DepletionWithin)
+		rule(AlertDepletion, draining, "UNUSED %d lasts %s at %.0f/s (threshold %v)", s.Pool.Unused, etaText(s.DepletionETAS), s.BurnPerS, a.DepletionWithin)
 	}
-	rule("reaper_lag", s.Pool.ExpiredOld > 0,
+	rule(AlertReaperLag, s.Pool.ExpiredOld > 0,
 		"%d leases expired more than %v ago are still PENDING", s.Pool.ExpiredOld, a.ExpiredAfter)
-	rule("dead_tuples", s.DeadRatio > a.DeadRatio,
+	rule(AlertDeadTuples, s.DeadRatio > a.DeadRatio,
 		"dead tuples %.0f%% of the table (threshold %.0f%%)", 100*s.DeadRatio, 100*a.DeadRatio)
 	conn := s.MaxConnections > 0 && float64(s.Connections) > a.Connections*float64(s.MaxConnections)
-	rule("connections", conn, "%d of %d connections in use (threshold %.0f%%)", s.Connections, s.MaxConnections, 100*a.Connections)
+	rule(AlertConnections, conn, "%d of %d connections in use (threshold %.0f%%)", s.Connections, s.MaxConnections, 100*a.Connections)
 }
 
 func etaText(eta *float64) string {

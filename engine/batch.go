@@ -147,8 +147,36 @@ type AuditReport struct {
 	BadStatus      int64 `json:"bad_status"`
 	BadUpdatedAt   int64 `json:"bad_updated_at"`
 	TokenExhausted int64 `json:"token_exhausted"`
-	// Violations lists, in words, every invariant that does not hold.
-	Violations []string `json:"violations"`
+	// Violations lists, in words, every invariant that does not hold;
+	// Findings gives the same with their kind and count, for programs.
+	Violations []string  `json:"violations"`
+	Findings   []Finding `json:"findings"`
+}
+
+// FindingKind names an invariant an audit found broken. Callers decide
+// by kind, never by the wording of the text.
+type FindingKind string
+
+// The kinds of audit findings.
+const (
+	FindingBadStatus             FindingKind = "bad_status"
+	FindingLeaseForever          FindingKind = "lease_forever"
+	FindingBadUpdatedAt          FindingKind = "bad_updated_at"
+	FindingTokenExhausted        FindingKind = "token_exhausted"
+	FindingConsumedWithoutEffect FindingKind = "consumed_without_effect"
+	FindingDoubleFinalization    FindingKind = "double_finalization"
+	FindingStaleEffect           FindingKind = "stale_effect"
+	FindingUnissuedEffect        FindingKind = "unissued_effect"
+	FindingEffectOnUnconsumed    FindingKind = "effect_on_unconsumed"
+	FindingPendingUnleased       FindingKind = "pending_unleased"
+	FindingReaperLag             FindingKind = "reaper_lag"
+)
+
+// Finding is one broken invariant: its kind, how many rows, and in words.
+type Finding struct {
+	Kind  FindingKind `json:"kind"`
+	Count int64       `json:"count"`
+	Text  string      `json:"text"`
 }
 
 const sqlAudit = `
@@ -199,25 +227,37 @@ func (e *Engine) Audit(ctx context.Context, grace time.Duration) (AuditReport, e
 	if err != nil {
 		return a, dbError("audit", err)
 	}
-	a.Violations = []string{}
+	a.Violations, a.Findings = []string{}, []Finding{}
+	var kind FindingKind
 	add := func(n int64, format string) {
 		if n > 0 {
-			a.Violations = append(a.Violations, fmt.Sprintf(format, n))
+			text := fmt.Sprintf(format, n)
+			a.Violations = append(a.Violations, text)
+			a.Findings = append(a.Findings, Finding{Kind: kind, Count: n, Text: text})
 		}
 	}
-	add(a.BadStatus, "%d ids are neither UNUSED, PENDING nor CONSUMED (status NULL or unknown)")
-	add(a.PendingForever, "%d PENDING ids have a lease that never expires (infinity): nothing will ever reclaim them")
-	add(a.BadUpdatedAt, "%d rows have no finite updated_at")
-	add(a.TokenExhausted, "%d ids have the largest token a bigint holds: they can never change owner again")
-	add(a.ConsumedWithoutEffect, "%d CONSUMED ids have no effect in business_ledger")
-	add(a.DoubleFinalizations, "%d ids have more than one effect (double finalization)")
-	add(a.StaleEffects, "%d effects were written with a stale token")
-	add(a.UnissuedEffects, "%d effects were written with a token the id was never given (committed without the fence)")
-	add(a.EffectsOnUnconsumed, "%d effects belong to ids that are not CONSUMED")
-	add(a.PendingUnleased, "%d PENDING ids have no lease: nothing will ever reclaim them")
+	for _, c := range []struct {
+		kind   FindingKind
+		n      int64
+		format string
+	}{
+		{FindingBadStatus, a.BadStatus, "%d ids are neither UNUSED, PENDING nor CONSUMED (status NULL or unknown)"},
+		{FindingLeaseForever, a.PendingForever, "%d PENDING ids have a lease that never expires (infinity): nothing will ever reclaim them"},
+		{FindingBadUpdatedAt, a.BadUpdatedAt, "%d rows have no finite updated_at"},
+		{FindingTokenExhausted, a.TokenExhausted, "%d ids have the largest token a bigint holds: they can never change owner again"},
+		{FindingConsumedWithoutEffect, a.ConsumedWithoutEffect, "%d CONSUMED ids have no effect in business_ledger"},
+		{FindingDoubleFinalization, a.DoubleFinalizations, "%d ids have more than one effect (double finalization)"},
+		{FindingStaleEffect, a.StaleEffects, "%d effects were written with a stale token"},
+		{FindingUnissuedEffect, a.UnissuedEffects, "%d effects were written with a token the id was never given (committed without the fence)"},
+		{FindingEffectOnUnconsumed, a.EffectsOnUnconsumed, "%d effects belong to ids that are not CONSUMED"},
+		{FindingPendingUnleased, a.PendingUnleased, "%d PENDING ids have no lease: nothing will ever reclaim them"},
+	} {
+		kind = c.kind
+		add(c.n, c.format)
+	}
 	if a.PendingPastGrace > 0 {
-		a.Violations = append(a.Violations, fmt.Sprintf("%d leases expired more than %v ago and were not reaped (oldest %.0f ms): is the reaper running?",
-			a.PendingPastGrace, grace, a.OldestPastGraceMS))
+		kind = FindingReaperLag
+		add(a.PendingPastGrace, fmt.Sprintf("%%d leases expired more than %v ago and were not reaped (oldest %.0f ms): is the reaper running?", grace, a.OldestPastGraceMS))
 	}
 	return a, nil
 }

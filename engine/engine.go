@@ -19,6 +19,17 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// Status is a row's state in resource_pool. The SQL writes the same words.
+type Status = string
+
+// The three states of an id: free, held under a lease (or without one), and
+// used for good (its effect is in the ledger).
+const (
+	StatusUnused   Status = "UNUSED"
+	StatusPending  Status = "PENDING"
+	StatusConsumed Status = "CONSUMED"
+)
+
 // DBTX is what the engine needs from a pool, a connection or a transaction.
 type DBTX interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)

@@ -401,10 +401,10 @@ func (e *Engine) whyLost(ctx context.Context, op string, id, token int64) error 
 	case token > le.CurrentToken:
 		le.Err = ErrStaleToken
 		le.Reason = fmt.Sprintf("token %d was never issued; the id is at token %d", token, le.CurrentToken)
-	case le.Status == "CONSUMED":
+	case le.Status == StatusConsumed:
 		le.Err = ErrLeaseLost
 		le.Reason = "the id is already consumed"
-	case le.Status == "PENDING" && expired:
+	case le.Status == StatusPending && expired:
 		le.Err = ErrLeaseLost
 		le.Reason = fmt.Sprintf("the lease expired at %s and awaits the reaper", le.LeasedUntil.UTC().Format(time.RFC3339Nano))
 	default:

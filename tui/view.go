@@ -228,11 +228,11 @@ func (m Model) charts() []chartSpec {
 		}
 		for _, a := range snap.Alerts {
 			switch a.Name {
-			case "lock_wait":
+			case collector.AlertLockWait:
 				lockAlarm = a.Active
-			case "dead_tuples":
+			case collector.AlertDeadTuples:
 				deadAlarm = a.Active
-			case "depletion":
+			case collector.AlertDepletion:
 				burnAlarm = a.Active
 			}
 		}
@@ -361,9 +361,9 @@ func (m Model) viewEvents(width, height int) string {
 	for _, e := range evs {
 		text := e.Time.Format("15:04:05") + " " + sanitize(e.Text)
 		switch e.Kind {
-		case "double", "alert", "crash":
+		case collector.EventDouble, collector.EventAlert, collector.EventCrash:
 			text = st.Warn.Render(text)
-		case "cleared":
+		case collector.EventCleared:
 			text = st.OK.Render(text)
 		}
 		lines = append(lines, text)

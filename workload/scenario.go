@@ -233,13 +233,15 @@ run:
 // judge sorts findings into violations and the failures the scenario is
 // meant to show; a scenario that fails to show its failure is a violation too.
 func (s *Summary) judge(sc Scenario, audit engine.AuditReport) {
-	for _, v := range audit.Violations {
-		expected := (sc.Shows == "double_finalizations" && (strings.Contains(v, "double finalization") || strings.Contains(v, "stale token"))) ||
-			(sc.Shows == "lost_ids" && strings.Contains(v, "no lease"))
+	for _, f := range audit.Findings {
+		// Fencing off shows double finalizations and the stale effects that
+		// make them; leases off shows ids nothing reclaims.
+		expected := (sc.Shows == "double_finalizations" && (f.Kind == engine.FindingDoubleFinalization || f.Kind == engine.FindingStaleEffect)) ||
+			(sc.Shows == "lost_ids" && f.Kind == engine.FindingPendingUnleased)
 		if expected {
-			s.Expected = append(s.Expected, v)
+			s.Expected = append(s.Expected, f.Text)
 		} else {
-			s.Violations = append(s.Violations, v)
+			s.Violations = append(s.Violations, f.Text)
 		}
 	}
 	if s.LostIDs > 0 {

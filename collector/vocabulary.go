@@ -1,0 +1,27 @@
+package collector
+
+// AlertName names an alert rule. The dashboard matches on these, and they
+// are the JSON values of Alert.Name.
+type AlertName = string
+
+// The alert rules.
+const (
+	AlertLockWait    AlertName = "lock_wait"   // a session waits on a lock longer than the threshold
+	AlertDepletion   AlertName = "depletion"   // UNUSED runs out sooner than the threshold, or is gone
+	AlertReaperLag   AlertName = "reaper_lag"  // a lease expired longer than a reaper interval ago is still PENDING
+	AlertDeadTuples  AlertName = "dead_tuples" // dead tuples above the threshold share of the table
+	AlertConnections AlertName = "connections" // connections above the threshold share of max_connections
+)
+
+// EventKind says what an event of the log reports; the JSON value of Event.Kind.
+type EventKind = string
+
+// The kinds of events.
+const (
+	EventReclaimed EventKind = "reclaimed" // the reaper returned expired leases to the pool
+	EventFenced    EventKind = "fenced"    // the fence rejected commits with stale tokens (zombies)
+	EventDouble    EventKind = "double"    // an id got a second effect (fencing off)
+	EventCrash     EventKind = "crash"     // simulated workers died holding leases
+	EventAlert     EventKind = "alert"     // an alert was raised
+	EventCleared   EventKind = "cleared"   // an alert cleared
+)
