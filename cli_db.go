@@ -229,7 +229,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the pooltop schema (idempotent, safe to run concurrently)",
-		Long: `Create or upgrade the pooltop schema in --schema: resource_pool (the seed's
+		Long: `Create or upgrade the pooltop schema in --schema: resource_pool (the article's
 columns plus holder), its partial indexes, business_ledger and the pooltop
 marker. Running it again does nothing; two processes running it at once take
 turns on an advisory lock.
@@ -290,8 +290,8 @@ func newSeedCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "seed",
 		Short: "Add --count free ids to the pool",
-		Long: `Add --count UNUSED ids to the pool, as the decoupled producer of the seed
-articles would, then ANALYZE the table. Identifiers are res-NNNNNNNNNN past
+		Long: `Add --count UNUSED ids to the pool, as a producer decoupled from the
+consumers would, then ANALYZE the table. Identifiers are res-NNNNNNNNNN past
 the highest id, so seeding again adds more.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

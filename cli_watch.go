@@ -98,7 +98,7 @@ func newWatchCmd(g *globals) *cobra.Command {
 waits and who blocks whom, dead tuples and vacuum, burn rate and depletion
 ETA, alerts. Works with a role that has only SELECT on the table and
 pg_monitor (without pg_monitor it says what it cannot see), and on a table
-with only the seed's columns. Sessions are read-only (application_name
+with only the article's columns. Sessions are read-only (application_name
 pooltop-collector).
 
 Figures listed under "estimated" come from statistics or a rolling

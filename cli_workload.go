@@ -118,8 +118,8 @@ Scenarios:
 			fmt.Fprintf(g.stderr, "chaos: %s for %v on %d ids (seed %d)\n", sc.Name, duration, poolSize, seed)
 			start := time.Now()
 			sum, err := workload.Chaos(ctx, d.eng, sc, duration, seed, override, func(s workload.Snapshot) {
-				fmt.Fprintf(g.stderr, "  %3.0fs cycles %d committed %d fenced %d crashes %d pauses %d dead-held %d reclaimed %d empty %d\n",
-					time.Since(start).Seconds(), s.Cycles, s.Committed, s.FencedRejections, s.Crashes, s.Pauses, s.DeadHeld, s.Reclaimed, s.EmptyPool)
+				fmt.Fprintf(g.stderr, "  %3.0fs cycles %d committed %d fenced %d crashes %d pauses %d leaked %d reclaimed %d empty %d\n",
+					time.Since(start).Seconds(), s.Cycles, s.Committed, s.FencedRejections, s.Crashes, s.Pauses, s.Leaked, s.Reclaimed, s.EmptyPool)
 			})
 			if err != nil {
 				return err

@@ -31,7 +31,7 @@ func BenchmarkHourOfPolls(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg := workload.Defaults()
-	cfg.Workers, cfg.CrashRate, cfg.Refill = 2, 0.01, 100 // some orphans and refills too
+	cfg.Workers, cfg.CrashRate, cfg.Refill = 2, 0.01, 100 // some leaked ids and refills too
 	wl, err := workload.New(eng, cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -30,12 +30,12 @@ import (
 // no lock they share).
 type WorkloadSource interface {
 	Snapshot() workload.Snapshot
-	RefreshOrphans(ctx context.Context) (int, error)
+	RefreshLeaked(ctx context.Context) (int, error)
 }
 
-// AlertConfig holds the alert thresholds; the defaults are the seed's.
+// AlertConfig holds the alert thresholds; the defaults are the article's.
 type AlertConfig struct {
-	LockWait        time.Duration // a session waits on a lock longer than this (seed 001 §7: 50 ms)
+	LockWait        time.Duration // a session waits on a lock longer than this (50 ms: a claim should never wait)
 	DepletionWithin time.Duration // UNUSED runs out sooner than this at the current burn (15 min)
 	ExpiredAfter    time.Duration // a lease expired longer ago than this is still PENDING (one reaper interval)
 	DeadRatio       float64       // dead / (live + dead) tuples above this
@@ -477,8 +477,8 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	p.Estimated = append(p.Estimated, "consumed")
 	s.PollMS = float64(time.Since(start).Microseconds()) / 1000
 	if c.cfg.Workload != nil {
-		if _, err := c.cfg.Workload.RefreshOrphans(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			s.Limits = append(s.Limits, "workload orphans: "+err.Error())
+		if _, err := c.cfg.Workload.RefreshLeaked(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			s.Limits = append(s.Limits, "workload leaked: "+err.Error())
 		}
 		ws := c.cfg.Workload.Snapshot()
 		s.Workload = &ws

@@ -130,7 +130,7 @@ func (c *Collector) record(s *Snapshot) {
 	if w := s.Workload; w != nil {
 		add(SeriesAcquireP99, w.AcquireLatency.P99)
 		add(SeriesDouble, float64(w.DoubleFinalizations))
-		add(SeriesLeaked, float64(w.DeadHeld))
+		add(SeriesLeaked, float64(w.Leaked))
 	}
 
 	c.evaluate(s, ev)

@@ -16,7 +16,7 @@ type LeaseAcquireParams struct {
 	TTL      time.Duration // lease length from the database clock; ignored with NoLease
 	N        int           // how many ids to claim, 1..MaxBatch
 	Strategy Strategy
-	// NoLease claims rows PENDING without an expiry, as the seed's first
+	// NoLease claims rows PENDING without an expiry, as the article's first
 	// version did: a crashed holder leaks the id forever.
 	NoLease bool
 }
@@ -51,7 +51,7 @@ FROM locked
 WHERE r.id = locked.id AND r.status = 'UNUSED'
 RETURNING r.id, r.identifier, r.lease_token, r.leased_until`
 
-// The blocking anti-pattern, as seed 001 §5.2 writes it with an ORM: lock the
+// The blocking anti-pattern, as an ORM writes it: lock the
 // first free rows (waiting for any that another transaction holds), load
 // them (findById), then update them, in one transaction: the row locks are
 // held across all of its round trips.

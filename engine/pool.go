@@ -17,7 +17,7 @@ const seedChunk = 250_000
 const MaxSeed = 100_000_000
 
 // Seed adds count UNUSED ids to the pool, as a producer decoupled from the
-// consumers would (seed 001, part 1). Identifiers are "res-" and a number
+// consumers would. Identifiers are "res-" and a number
 // past the highest id, so repeated seeds never collide; an identifier that
 // already exists is skipped. It returns how many rows were inserted.
 func (e *Engine) Seed(ctx context.Context, count int) (int64, error) {

@@ -60,7 +60,7 @@ func TestSeed000ResurrectionTimeline(t *testing.T) {
 	if bl.ID != a.ID || bl.Token <= a.Token {
 		t.Fatalf("B got %+v, want id %d with a token above %d", bl, a.ID, a.Token)
 	}
-	_, err = b.eng.LeaseCommit(b.ctx, &engine.LeaseCommitParams{ID: a.ID, Token: a.Token, Holder: "pod-a", RequestID: "pay-a"}) // T35
+	_, err = b.eng.LeaseCommit(b.ctx, &engine.LeaseCommitParams{ID: a.ID, Token: a.Token, Holder: "pod-a", RequestID: "pay-a"})
 	if !errors.Is(err, engine.ErrStaleToken) {
 		t.Fatalf("zombie commit: %v, want ErrStaleToken", err)
 	}

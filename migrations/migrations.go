@@ -257,7 +257,7 @@ type Step struct {
 	Goose bool
 }
 
-// contract lists the seed's columns, the types pooltop works with, and how a
+// contract lists the article's columns, the types pooltop works with, and how a
 // missing one is added (the migration adds them all with IF NOT EXISTS).
 var contract = []struct {
 	name  string
@@ -279,7 +279,7 @@ func checkAdoptable(st *State) error {
 		typ, ok := st.Columns[c.name]
 		if !ok {
 			if c.add == "" {
-				return fmt.Errorf("%w: it has no %s column: pooltop needs the seed's columns (id, identifier, status, leased_until, lease_token, updated_at)", ErrIncompatible, c.name)
+				return fmt.Errorf("%w: it has no %s column: pooltop needs the article's columns (id, identifier, status, leased_until, lease_token, updated_at)", ErrIncompatible, c.name)
 			}
 			continue
 		}

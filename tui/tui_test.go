@@ -77,7 +77,7 @@ func canned(withWorkload bool) *fakeSource {
 	}
 	if withWorkload {
 		s.AcquiresPerS, s.CommitsPerS = &acq, &com
-		s.Workload = &workload.Snapshot{DeadHeld: 5, DoubleFinalizations: 0}
+		s.Workload = &workload.Snapshot{Leaked: 5, DoubleFinalizations: 0}
 	}
 	f := &fakeSource{snap: s, series: map[string][]collector.Point{}}
 	for i := 0; i < 120; i++ {

@@ -179,7 +179,7 @@ func (m Model) viewPool(w int) string {
 	}
 	leaked := ""
 	if s.Workload != nil {
-		leaked = " · leaked " + formatInt(int64(s.Workload.DeadHeld))
+		leaked = " · leaked " + formatInt(int64(s.Workload.Leaked))
 	}
 	pendingAge := ""
 	if est(s, "pending") != "" && p.PendingAgeS >= 5 {

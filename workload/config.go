@@ -2,8 +2,8 @@
 // each cycle claims ids, calls a simulated external service, renews while
 // the task runs, and commits the effect through the fence, or releases on
 // failure. Every knob can change while it runs, and faults (crashes, pauses,
-// no lease, no fencing) can be injected so that each failure mode of the
-// seed documents can be produced, measured and shown.
+// no lease, no fencing) can be injected so that each failure mode of a
+// lease-based pool can be produced, measured and shown.
 package workload
 
 import (

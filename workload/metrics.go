@@ -181,10 +181,10 @@ type Snapshot struct {
 	Errors              map[string]int64 `json:"errors"`
 	AcquireLatency      Latency          `json:"acquire_latency"`
 	CycleLatency        Latency          `json:"cycle_latency"`
-	// DeadHeld is the ground truth of leases held by crashed workers that
+	// Leaked is the ground truth of leases held by crashed workers that
 	// nobody released: the ids the reaper must bring back (or, without
 	// leases, the ids that leaked).
-	DeadHeld     int           `json:"dead_held"`
+	Leaked       int           `json:"leaked"`
 	Reclaimed    int64         `json:"reclaimed"`
 	ReaperMaxLag time.Duration `json:"reaper_max_lag_ns"`
 	Refilled     int64         `json:"refilled"`

@@ -13,7 +13,7 @@ import (
 )
 
 // Scenario is a named, reproducible set of knobs that produces one failure
-// mode of the seed documents (or shows its absence).
+// mode of a lease-based pool (or shows its absence).
 type Scenario struct {
 	Name     string
 	About    string
@@ -164,7 +164,7 @@ run:
 			break run
 		case <-tick.C:
 			if progress != nil {
-				_, _ = wl.RefreshOrphans(ctx) // so DeadHeld counts only ids not yet reclaimed
+				_, _ = wl.RefreshLeaked(ctx) // so Leaked counts only ids not yet reclaimed
 				progress(wl.Snapshot())
 			}
 		}
@@ -190,7 +190,7 @@ run:
 	if _, err := wl.Reaper().RunOnce(ctx); err != nil { // one more pass, so the audit sees its effect
 		return Summary{}, outage(err)
 	}
-	lost, err := wl.RefreshOrphans(ctx)
+	lost, err := wl.RefreshLeaked(ctx)
 	if err != nil {
 		return Summary{}, outage(err)
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/pooltop-dev/pooltop/engine"
 )
 
-// Orphan is a lease a crashed worker died holding.
-type Orphan struct {
+// LeakedLease is a lease a crashed worker died holding.
+type LeakedLease struct {
 	ID     int64
 	Token  int64
 	DiedAt time.Time
@@ -40,7 +40,7 @@ type Workload struct {
 	workers  []*worker  // running, in start order
 	leaving  []*worker  // told to stop, finishing their cycle; counted until they exit
 	retired  *totals    // figures of workers that ended
-	orphans  map[int64]Orphan
+	leaked   map[int64]LeakedLease
 	nextID   int
 	started  bool
 	stopped  bool
@@ -66,7 +66,7 @@ func New(eng *engine.Engine, cfg Config) (*Workload, error) {
 	w := &Workload{
 		eng: eng, reaper: reaper, runID: hex.EncodeToString(b[:]),
 		changed: make(chan struct{}, 1), exited: make(chan *worker, MaxWorkers),
-		retired: newTotals(), orphans: map[int64]Orphan{},
+		retired: newTotals(), leaked: map[int64]LeakedLease{},
 	}
 	w.cfg.Store(&cfg)
 	return w, nil
@@ -230,38 +230,38 @@ func (w *Workload) drainExited() {
 	}
 }
 
-// orphan records leases a crashing worker dies holding.
-func (w *Workload) orphan(leases []engine.Lease) {
+// leak records leases a crashing worker dies holding: leaked ids.
+func (w *Workload) leak(leases []engine.Lease) {
 	now := time.Now()
 	w.mu.Lock()
 	for _, l := range leases {
-		w.orphans[l.ID] = Orphan{ID: l.ID, Token: l.Token, DiedAt: now}
+		w.leaked[l.ID] = LeakedLease{ID: l.ID, Token: l.Token, DiedAt: now}
 	}
 	w.mu.Unlock()
 }
 
-// Orphans returns the leases crashed workers died holding, oldest first is
+// LeakedLeases returns the leases crashed workers died holding, oldest first is
 // not guaranteed. Callers check them against the database to see which the
 // reaper brought back.
-func (w *Workload) Orphans() []Orphan {
+func (w *Workload) LeakedLeases() []LeakedLease {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]Orphan, 0, len(w.orphans))
-	for _, o := range w.orphans {
+	out := make([]LeakedLease, 0, len(w.leaked))
+	for _, o := range w.leaked {
 		out = append(out, o)
 	}
 	return out
 }
 
-// RefreshOrphans asks the database which orphaned leases are still PENDING
+// RefreshLeaked asks the database which leaked leases are still PENDING
 // at the dead worker's token and forgets the others (the reaper brought them
 // back). It returns how many are still held. One indexed query; the
 // dashboard calls it once per poll.
-func (w *Workload) RefreshOrphans(ctx context.Context) (int, error) {
-	orphans := w.Orphans()
-	ids := make([]int64, len(orphans))
-	tokens := make([]int64, len(orphans))
-	for i, o := range orphans {
+func (w *Workload) RefreshLeaked(ctx context.Context) (int, error) {
+	leaked := w.LeakedLeases()
+	ids := make([]int64, len(leaked))
+	tokens := make([]int64, len(leaked))
+	for i, o := range leaked {
 		ids[i], tokens[i] = o.ID, o.Token
 	}
 	held, err := w.eng.StillHeld(ctx, ids, tokens)
@@ -274,12 +274,12 @@ func (w *Workload) RefreshOrphans(ctx context.Context) (int, error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, o := range orphans {
-		if cur, ok := w.orphans[o.ID]; ok && cur.Token == o.Token && !still[o.ID] {
-			delete(w.orphans, o.ID)
+	for _, o := range leaked {
+		if cur, ok := w.leaked[o.ID]; ok && cur.Token == o.Token && !still[o.ID] {
+			delete(w.leaked, o.ID)
 		}
 	}
-	return len(w.orphans), nil
+	return len(w.leaked), nil
 }
 
 // Snapshot merges every worker's figures. It takes each worker's own lock
@@ -292,7 +292,7 @@ func (w *Workload) Snapshot() Snapshot {
 	t.c, t.errs = w.retired.c, w.retired.errs
 	shards := w.shardsLocked()
 	running, stopping := len(w.workers), len(w.leaving)
-	dead := len(w.orphans)
+	dead := len(w.leaked)
 	base := w.base
 	w.mu.Unlock()
 	for _, s := range shards {
@@ -307,7 +307,7 @@ func (w *Workload) Snapshot() Snapshot {
 		EmptyPool: t.c[cEmpty], LeasesLost: t.c[cLeaseLost], Cycles: t.c[cCycles],
 		Conflicts: w.eng.Stats().OptimisticConflicts, Errors: map[string]int64{},
 		AcquireLatency: latency(t.acquire), CycleLatency: latency(t.cycle),
-		DeadHeld: dead, Reclaimed: rs.Reclaimed, ReaperMaxLag: rs.MaxLag, Refilled: w.refilled.Load(),
+		Leaked: dead, Reclaimed: rs.Reclaimed, ReaperMaxLag: rs.MaxLag, Refilled: w.refilled.Load(),
 	}
 	for i, n := range t.errs {
 		s.Errors[errClassNames[i]] = n
@@ -469,7 +469,7 @@ func (wk *worker) cycle(ctx context.Context, n int) (crashed bool) {
 
 	if cfg.CrashRate > 0 && wk.rng.Float64() < cfg.CrashRate {
 		s.add(cCrashes, 1)
-		wk.w.orphan(leases)
+		wk.w.leak(leases)
 		return true
 	}
 	if cfg.PauseRate > 0 && wk.rng.Float64() < cfg.PauseRate {
