@@ -22,4 +22,8 @@
 //     stuck threshold ago, or no lease and unchanged that long.
 //   - double finalization: an id with a second effect, possible only with
 //     the fence off.
+//
+// (Kept apart from the package comment in engine.go, which says what the
+// package does; this says what its words mean.)
+
 package engine
