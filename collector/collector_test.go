@@ -493,3 +493,32 @@ func TestInfiniteLeasesAreCounted(t *testing.T) {
 		t.Fatalf("pool %+v", s.Pool)
 	}
 }
+
+// A producer that keeps up is not a depletion: with ids refilled faster
+// than they are claimed, the burn is zero or negative and the depletion
+// alert stays off (the refilled ids land in chunks never counted before).
+func TestRefillFasterThanBurnIsNoDepletion(t *testing.T) {
+	b := setup(t, 50_000)
+	c := b.collector(t, collector.Config{Alerts: collector.AlertConfig{DepletionWithin: 24 * time.Hour}})
+	pollUntil(t, c, "an exact count", func(s collector.Snapshot) bool { return s.Pool.Unused == 50_000 })
+	var s collector.Snapshot
+	for i := 0; i < 10; i++ {
+		b.exec(t, `UPDATE resource_pool SET status = 'CONSUMED' WHERE id IN (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 500)`)
+		if _, err := b.eng.Refill(b.ctx, 2000); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if s, err = c.Poll(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range s.Alerts {
+			if a.Name == collector.AlertDepletion && a.Active {
+				t.Fatalf("poll %d: depletion alert while the pool grows: %s (burn %.1f/s, unused %d)", i, a.Message, s.BurnPerS, s.Pool.Unused)
+			}
+		}
+	}
+	if s.BurnPerS > 0 || s.DepletionETAS != nil {
+		t.Fatalf("burn %.1f/s, eta %v while the pool grew by 15,000", s.BurnPerS, s.DepletionETAS)
+	}
+	pollUntil(t, c, "the refilled ids counted", func(s collector.Snapshot) bool { return s.Pool.Unused == 50_000-5000+20_000 })
+}

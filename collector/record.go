@@ -100,6 +100,9 @@ func (c *Collector) record(s *Snapshot) {
 		c.burn, c.burnSamples = 0, 0
 	}
 	c.prev = cur
+	if s.Pool.Unused == 0 && s.Pool.Total > 0 {
+		c.burn = 0 // nothing left to burn: the rate before the pool ran out is history
+	}
 	s.BurnPerS = c.burn
 	if c.burn > 0.01 && s.Pool.Unused > 0 {
 		eta := float64(s.Pool.Unused) / c.burn

@@ -139,7 +139,15 @@ func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func() {
 	} else {
 		u.anchored = now
 	}
-	args := []any{u.width, lo, hi, floor, look}
+	// The tail: the chunks from the previous top to the new one, counted in
+	// the poll they appear, so that ids a producer adds are counted as they
+	// come (otherwise the burn would miss them and page for a pool that
+	// grows).
+	tail := int64(-1)
+	if u.polled && u.width > 0 {
+		tail = u.top
+	}
+	args := []any{u.width, lo, hi, floor, look, tail, maxSweep}
 	got := map[int64]int64{}
 	var head, top *int64
 	var el time.Duration // the statement's time on the server, which paces the sweep
@@ -161,6 +169,11 @@ FROM h LEFT JOIN LATERAL (
     SELECT g.k, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= g.k * $1::bigint AND id < (g.k + 1) * $1::bigint)
     FROM generate_series(h.head / $1::bigint + 1, h.head / $1::bigint + $5::bigint) AS g(k)
     WHERE $1::bigint > 0
+    UNION ALL
+    SELECT g.k, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED'
+                 AND id >= greatest(g.k * $1::bigint, h.head) AND id < (g.k + 1) * $1::bigint)
+    FROM generate_series(greatest($6::bigint, h.head / $1::bigint + 1), least(h.top / $1::bigint, $6::bigint + $7::bigint)) AS g(k)
+    WHERE $1::bigint > 0 AND $6::bigint >= 0 AND h.head IS NOT NULL
 ) AS c ON true`, c.t.qualified), args...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k, n *int64
