@@ -429,7 +429,8 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	}
 	b := &pgx.Batch{}
 	c.queueServer(b, &s)
-	finish := c.unused.queue(b, c, &s)
+	uq := c.unused.plan(start)
+	uq.queue(b, c.t.qualified, c.unused.width)
 	a := c.cfg.Alerts
 	var pq *pendingQuery
 	var cq *censusQuery
@@ -443,7 +444,6 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	if err := c.pool.SendBatch(ctx, b).Close(); err != nil {
 		return s, fmt.Errorf("poll: %w", err)
 	}
-	finish()
 	var f pendingFigures
 	now := start
 	if pq != nil {
@@ -451,14 +451,22 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		if !pq.server.IsZero() {
 			now = pq.server
 		}
-		c.unused.lowerFloor(f.low, f.lowKnown, f.freed)
 	} else {
 		f = c.census.absorb(cq, start, c.cfg.CountBudget)
-		c.unused.lowerFloor(nil, false, false)
 		s.Limits = append(s.Limits, fmt.Sprintf("no partial index on PENDING rows: pending, expired and stuck come from reading the table in turn (oldest part %s old); for exact counts at every poll, CREATE INDEX CONCURRENTLY ON %s (leased_until) WHERE status = 'PENDING' (the reaper needs it too)",
 			(time.Duration(f.ageS)*time.Second).String(), c.t.qualified))
 	}
 	p := &s.Pool
+	uf := c.unused.absorb(uq, start, c.cfg.CountBudget, max(p.Total-f.pending, 0))
+	if pq != nil {
+		c.unused.lowerFloor(f.low, f.lowKnown, f.freed)
+	} else {
+		c.unused.lowerFloor(nil, false, false)
+	}
+	p.Unused, p.UnusedAgeS, p.unusedDelta, p.haveDelta = uf.unused, uf.ageS, uf.delta, uf.haveDelta
+	if uf.estimated {
+		p.Estimated = append(p.Estimated, "unused")
+	}
 	p.Pending, p.Expired, p.ExpiredOld, p.Stuck = f.pending, f.expired, f.expiredOld, f.stuck
 	p.PendingAgeS = f.ageS
 	if f.oldest != nil {

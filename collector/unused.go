@@ -89,13 +89,28 @@ func (u *unusedCounter) init(ctx context.Context, c *Collector) error {
 	return nil
 }
 
-// queue adds the counting statement to the poll's batch and returns the
-// function that totals the counts once the batch has run. In one snapshot the
-// statement finds the id range (lowest UNUSED id, highest id), counts the
-// head chunk from the lowest UNUSED id, counts the lookahead and the sweep's
-// run of chunks, each chunk by a range scan of the partial index (a GROUP BY
-// over one scan would size a hash table for thousands of groups at every
-// execution: a millisecond).
+// unusedQuery is one poll's plan of the UNUSED statement, and its results.
+type unusedQuery struct {
+	lo, hi int64 // the sweep: chunks [lo, hi)
+	look   int64 // chunks above the head counted ahead of it
+	floor  int64 // the lowest UNUSED id is looked for from here
+	tail   int64 // chunks from this one up to the top are counted (-1: none)
+	// results
+	head, top *int64
+	got       map[int64]int64
+	el        time.Duration // the statement's time on the server, which paces the sweep
+}
+
+// unusedFigures are UNUSED's figures from one poll.
+type unusedFigures struct {
+	unused    int64
+	ageS      float64
+	estimated bool
+	delta     int64 // change since the previous poll, from chunks counted in both
+	haveDelta bool
+}
+
+// plan decides what the next poll counts.
 //
 // The lowest UNUSED id is looked for from a floor: the index scan from the
 // start would walk every dead entry that claims leave at the head of the
@@ -106,36 +121,34 @@ func (u *unusedCounter) init(ctx context.Context, c *Collector) error {
 // UNUSED id and the lowest id of a live lease (see lowerFloor), and from the
 // start whenever PENDING rows elsewhere were freed, and every 30 s, which
 // catches ids returned to the pool by hand.
-func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func() {
+func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 	if u.counts == nil {
 		u.counts, u.at, u.per = map[int64]int64{}, map[int64]time.Time{}, 8
 	}
+	q := &unusedQuery{floor: math.MinInt64, tail: -1}
 	// The lookahead: the chunks the head may enter before the next poll,
 	// when one of them was never counted (the change in UNUSED is computed
 	// from each chunk's previous count). The sweep: chunks [lo, hi), running
 	// down from the top to the head, then again from the top, so that the
 	// whole range is counted however fast the head moves.
-	var lo, hi, look int64
 	if u.width > 0 && u.top > u.head {
 		for k := u.head + 1; k <= min(u.head+u.moved+1, u.top); k++ {
 			if _, ok := u.counts[k]; !ok {
-				look = min(u.moved+1, maxSweep) // a head that jumps far is not followed in one poll
+				q.look = min(u.moved+1, maxSweep) // a head that jumps far is not followed in one poll
 				break
 			}
 		}
 		if u.cursor <= u.head || u.cursor > u.top {
 			u.cursor = u.top
 		}
-		lo, hi = max(u.cursor-u.per+1, u.head+1), u.cursor+1
-		u.cursor = lo - 1
+		q.lo, q.hi = max(u.cursor-u.per+1, u.head+1), u.cursor+1
+		u.cursor = q.lo - 1
 	}
-	now := s.Time
-	floor := int64(math.MinInt64)
 	if u.reanchor == 0 {
 		u.reanchor = reanchor
 	}
 	if u.floor != nil && now.Sub(u.anchored) < u.reanchor {
-		floor = *u.floor
+		q.floor = *u.floor
 	} else {
 		u.anchored = now
 	}
@@ -143,15 +156,40 @@ func (u *unusedCounter) queue(b *pgx.Batch, c *Collector, s *Snapshot) func() {
 	// the poll they appear, so that ids a producer adds are counted as they
 	// come (otherwise the burn would miss them and page for a pool that
 	// grows).
-	tail := int64(-1)
 	if u.polled && u.width > 0 {
-		tail = u.top
+		q.tail = u.top
 	}
-	args := []any{u.width, lo, hi, floor, look, tail, maxSweep}
-	got := map[int64]int64{}
-	var head, top *int64
-	var el time.Duration // the statement's time on the server, which paces the sweep
-	b.Queue(fmt.Sprintf(`
+	return q
+}
+
+// queue adds the counting statement to the batch. In one snapshot it finds
+// the id range (lowest UNUSED id, highest id), counts the head chunk from
+// the lowest UNUSED id, then the sweep's run of chunks, the lookahead and
+// the tail, each chunk by a range scan of the partial index (a GROUP BY over
+// one scan would size a hash table for thousands of groups at every
+// execution: a millisecond).
+func (q *unusedQuery) queue(b *pgx.Batch, table string, width int64) {
+	q.got = map[int64]int64{}
+	b.Queue(fmt.Sprintf(sqlUnused, table), width, q.lo, q.hi, q.floor, q.look, q.tail, maxSweep).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var k, n *int64
+			var t0, t1 time.Time
+			if err := rows.Scan(&q.head, &q.top, &k, &n, &t0, &t1); err != nil {
+				return fmt.Errorf("unused ids: %w", err)
+			}
+			if k != nil && n != nil {
+				q.got[*k] = *n
+			}
+			q.el = max(q.el, t1.Sub(t0))
+		}
+		return rows.Err()
+	})
+}
+
+// sqlUnused counts UNUSED ids by chunk: $1 chunk width, [$2, $3) the sweep,
+// $4 the floor of the head's search, $5 the lookahead, from $6 (-1: none) up
+// to the top at most $7 chunks of the tail.
+const sqlUnused = `
 WITH h AS MATERIALIZED (
     SELECT clock_timestamp() AS t0, (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED' AND id >= $4::bigint) AS head, (SELECT max(id) FROM %[1]s) AS top
 )
@@ -174,121 +212,111 @@ FROM h LEFT JOIN LATERAL (
                  AND id >= greatest(g.k * $1::bigint, h.head) AND id < (g.k + 1) * $1::bigint)
     FROM generate_series(greatest($6::bigint, h.head / $1::bigint + 1), least(h.top / $1::bigint, $6::bigint + $7::bigint)) AS g(k)
     WHERE $1::bigint > 0 AND $6::bigint >= 0 AND h.head IS NOT NULL
-) AS c ON true`, c.t.qualified), args...).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var k, n *int64
-			var t0, t1 time.Time
-			if err := rows.Scan(&head, &top, &k, &n, &t0, &t1); err != nil {
-				return fmt.Errorf("unused ids: %w", err)
-			}
-			if k != nil && n != nil {
-				got[*k] = *n
-			}
-			el = max(el, t1.Sub(t0))
+) AS c ON true`
+
+// absorb takes the counts of q and returns the figures. It is pure: tests
+// drive it without PostgreSQL. budget paces the sweep; limit (the rows the
+// statistics say hold UNUSED ids, 0 for unknown) caps the estimate of
+// chunks never counted.
+func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Duration, limit int64) unusedFigures {
+	u.floor = nil
+	if q.head != nil {
+		f := *q.head
+		u.floor = &f // lowered or dropped by lowerFloor once PENDING is counted
+	}
+	// Sweep more chunks per poll when polls are cheap, fewer when not.
+	if q.el < budget && u.per < maxSweep {
+		u.per *= 2
+	} else if q.el > 2*budget && u.per > 1 {
+		u.per /= 2
+	}
+	var f unusedFigures
+	if q.head == nil || q.top == nil {
+		var had int64
+		for _, n := range u.counts {
+			had += n
 		}
-		return rows.Err()
-	})
-	return func() {
-		u.floor = nil
-		if head != nil {
-			f := *head
-			u.floor = &f // lowered or dropped by lowerFloor once PENDING is counted
-		}
-		// Sweep more chunks per poll when polls are cheap, fewer when not.
-		if el < c.cfg.CountBudget && u.per < maxSweep {
-			u.per *= 2
-		} else if el > 2*c.cfg.CountBudget && u.per > 1 {
-			u.per /= 2
-		}
-		if head == nil || top == nil {
-			var had int64
-			for _, n := range u.counts {
-				had += n
-			}
-			s.Pool.unusedDelta, s.Pool.haveDelta = -had, u.polled
-			u.counts, u.at, u.width, u.polled = nil, nil, 0, true
-			s.Pool.Unused = 0
-			return
-		}
-		if u.width == 0 {
-			u.width = max(minChunk, (*top-*head+1)/maxChunks+1)
-		}
-		// Swept and looked-ahead chunks the range scans found no UNUSED id
-		// in hold none.
-		hc := *head / u.width
-		for k := max(lo, hc+1); k < hi; k++ {
-			if _, ok := got[k]; !ok {
-				got[k] = 0
-			}
-		}
-		for k := hc + 1; k <= hc+look; k++ {
-			if _, ok := got[k]; !ok {
-				got[k] = 0
-			}
-		}
-		// The change since the previous poll, from what was counted: chunks
-		// recounted now, new chunks above the old top, and chunks that fell
-		// below the lowest UNUSED id (all their ids were taken). Chunks of the
-		// first sweep, never counted before, add nothing.
-		var delta int64
-		prevTop := u.top
-		for k, n := range got {
-			if old, ok := u.counts[k]; ok {
-				delta += n - old
-			} else if u.polled && k > prevTop {
-				delta += n // ids added above the old top (a refill)
-			}
-			u.counts[k], u.at[k] = n, now
-		}
-		h, t := *head/u.width, *top/u.width
-		// A head that moved down (ids returned below it) left chunks between
-		// the two heads uncounted: the next poll looks ahead over them too.
-		u.moved = max(h-u.head, u.head-h)
-		u.head, u.top = h, t
-		for k, old := range u.counts {
-			if k < h || k > t {
-				if k < h {
-					delta -= old
-				}
-				delete(u.counts, k)
-				delete(u.at, k)
-			}
-		}
-		s.Pool.unusedDelta, s.Pool.haveDelta = delta, u.polled
-		u.polled = true
-		// span is how many ids of chunk k lie in [head, top].
-		span := func(k int64) int64 { return min((k+1)*u.width, *top+1) - max(k*u.width, *head) }
-		var sum, seenSpan, seenSum, missingSpan int64
-		oldest := now
-		missing := false
-		for k := h; k <= t; k++ {
-			n, ok := u.counts[k]
-			if !ok {
-				missing, missingSpan = true, missingSpan+span(k)
-				continue
-			}
-			sum += n
-			if k != h {
-				seenSpan, seenSum = seenSpan+span(k), seenSum+n
-			}
-			if u.at[k].Before(oldest) {
-				oldest = u.at[k]
-			}
-		}
-		if missing { // not swept once yet: chunks not counted are taken as dense as those that were
-			density := 1.0
-			if seenSpan > 0 {
-				density = float64(seenSum) / float64(seenSpan)
-			}
-			sum += int64(density * float64(missingSpan))
-			if s.Pool.Total > 0 { // never more than the statistics say the table holds
-				sum = min(sum, max(s.Pool.Total-s.Pool.Pending, 0))
-			}
-		}
-		s.Pool.Unused = sum
-		s.Pool.UnusedAgeS = now.Sub(oldest).Seconds()
-		if missing || oldest.Before(now) {
-			s.Pool.Estimated = append(s.Pool.Estimated, "unused")
+		f.delta, f.haveDelta = -had, u.polled
+		u.counts, u.at, u.width, u.polled = nil, nil, 0, true
+		return f
+	}
+	head, top := *q.head, *q.top
+	if u.width == 0 {
+		u.width = max(minChunk, (top-head+1)/maxChunks+1)
+	}
+	got := q.got
+	// Swept and looked-ahead chunks the range scans found no UNUSED id in
+	// hold none.
+	hc := head / u.width
+	for k := max(q.lo, hc+1); k < q.hi; k++ {
+		if _, ok := got[k]; !ok {
+			got[k] = 0
 		}
 	}
+	for k := hc + 1; k <= hc+q.look; k++ {
+		if _, ok := got[k]; !ok {
+			got[k] = 0
+		}
+	}
+	// The change since the previous poll, from what was counted: chunks
+	// recounted now, new chunks above the old top, and chunks that fell
+	// below the lowest UNUSED id (all their ids were taken). Chunks of the
+	// first sweep, never counted before, add nothing.
+	prevTop := u.top
+	for k, n := range got {
+		if old, ok := u.counts[k]; ok {
+			f.delta += n - old
+		} else if u.polled && k > prevTop {
+			f.delta += n // ids added above the old top (a refill)
+		}
+		u.counts[k], u.at[k] = n, now
+	}
+	h, t := head/u.width, top/u.width
+	// A head that moved down (ids returned below it) left chunks between the
+	// two heads uncounted: the next poll looks ahead over them too.
+	u.moved = max(h-u.head, u.head-h)
+	u.head, u.top = h, t
+	for k, old := range u.counts {
+		if k < h || k > t {
+			if k < h {
+				f.delta -= old
+			}
+			delete(u.counts, k)
+			delete(u.at, k)
+		}
+	}
+	f.haveDelta = u.polled
+	u.polled = true
+	// span is how many ids of chunk k lie in [head, top].
+	span := func(k int64) int64 { return min((k+1)*u.width, top+1) - max(k*u.width, head) }
+	var sum, seenSpan, seenSum, missingSpan int64
+	oldest := now
+	missing := false
+	for k := h; k <= t; k++ {
+		n, ok := u.counts[k]
+		if !ok {
+			missing, missingSpan = true, missingSpan+span(k)
+			continue
+		}
+		sum += n
+		if k != h {
+			seenSpan, seenSum = seenSpan+span(k), seenSum+n
+		}
+		if u.at[k].Before(oldest) {
+			oldest = u.at[k]
+		}
+	}
+	if missing { // not swept once yet: chunks not counted are taken as dense as those that were
+		density := 1.0
+		if seenSpan > 0 {
+			density = float64(seenSum) / float64(seenSpan)
+		}
+		sum += int64(density * float64(missingSpan))
+		if limit > 0 { // never more than the statistics say the table holds
+			sum = min(sum, limit)
+		}
+	}
+	f.unused, f.ageS = sum, now.Sub(oldest).Seconds()
+	f.estimated = missing || oldest.Before(now)
+	return f
 }

@@ -1,0 +1,131 @@
+package collector
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// idModel is the pool as the UNUSED statement sees it: every id and
+// whether it is UNUSED.
+type idModel struct {
+	unused map[int64]bool
+	top    int64
+}
+
+func (m *idModel) truth() int64 { return m.count(1, m.top+1) }
+
+// count is the UNUSED ids in [lo, hi).
+func (m *idModel) count(lo, hi int64) int64 {
+	var n int64
+	for id := max(lo, 1); id < hi && id <= m.top; id++ {
+		if m.unused[id] {
+			n++
+		}
+	}
+	return n
+}
+
+// answer fills q's results as sqlUnused would.
+func (m *idModel) answer(q *unusedQuery, w int64) {
+	q.got = map[int64]int64{}
+	top := m.top
+	q.top = &top
+	var head int64
+	for id := max(q.floor, 1); id <= top; id++ {
+		if m.unused[id] {
+			head = id
+			break
+		}
+	}
+	if head == 0 {
+		return
+	}
+	q.head = &head
+	if w == 0 {
+		return
+	}
+	hc := head / w
+	q.got[hc] = m.count(head, (hc+1)*w)
+	for k := max(q.lo, hc+1); k < q.hi; k++ {
+		q.got[k] = m.count(max(k*w, (hc+1)*w), (k+1)*w)
+	}
+	for k := hc + 1; k <= hc+q.look; k++ {
+		q.got[k] = m.count(k*w, (k+1)*w)
+	}
+	if q.tail >= 0 {
+		for k := max(q.tail, hc+1); k <= min(top/w, q.tail+maxSweep); k++ {
+			q.got[k] = m.count(max(k*w, head), (k+1)*w)
+		}
+	}
+	q.el = time.Duration(len(q.got)) * 50 * time.Microsecond // what PostgreSQL would take, for the pace
+}
+
+// The UNUSED counter on a model pool: after one sweep the count is exact,
+// and it stays exact at every poll while claims take ids at the head and a
+// producer adds ids at the top; the deltas the burn is made of add up to
+// the true change; ids returned elsewhere are found by the sweep.
+func TestUnusedCounterOnAModelPool(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	m := &idModel{unused: map[int64]bool{}}
+	for id := int64(1); id <= 60_000; id++ {
+		m.unused[id] = id%3 != 0
+	}
+	m.top = 60_000
+	var u unusedCounter
+	u.width, u.head, u.top = minChunk, 0, m.top/minChunk
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	poll := func() unusedFigures {
+		q := u.plan(now)
+		m.answer(q, u.width)
+		f := u.absorb(q, now, time.Millisecond, 0)
+		u.lowerFloor(nil, true, false)
+		now = now.Add(time.Second)
+		return f
+	}
+	for i := 0; i < 10; i++ { // the sweep doubles its chunks while cheap: 8, 16, 32, 64 cover the range
+		poll()
+	}
+	if f := poll(); f.unused != m.truth() {
+		t.Fatalf("after a sweep: %d, truth %d", f.unused, m.truth())
+	}
+	var sum int64
+	before := m.truth()
+	next := int64(1) // claims take the lowest UNUSED ids, in order
+	for step := 0; step < 200; step++ {
+		// Claims at the head…
+		for n := 0; next <= m.top && n < 300; next++ {
+			if m.unused[next] {
+				m.unused[next], n = false, n+1
+			}
+		}
+		// …and a producer at the top.
+		add := rng.IntN(700)
+		for i := 0; i < add; i++ {
+			m.top++
+			m.unused[m.top] = true
+		}
+		f := poll()
+		if f.unused != m.truth() {
+			t.Fatalf("step %d: %d, truth %d", step, f.unused, m.truth())
+		}
+		if !f.haveDelta {
+			t.Fatalf("step %d: no delta", step)
+		}
+		sum += f.delta
+	}
+	if sum != m.truth()-before {
+		t.Fatalf("the deltas add up to %d, the pool changed by %d", sum, m.truth()-before)
+	}
+	// Ids returned to the pool far above the head: found by the sweep.
+	for id := m.top - 5000; id < m.top-4000; id++ {
+		m.unused[id] = true
+	}
+	found := false
+	for i := 0; i < 200 && !found; i++ {
+		found = poll().unused == m.truth()
+	}
+	if !found {
+		t.Fatal("ids returned above the head were never counted")
+	}
+}
