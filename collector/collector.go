@@ -566,52 +566,11 @@ func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
 	if c.t.ledgerOID != 0 {
 		rels = append(rels, c.t.ledgerOID)
 	}
-	waitStart := "waitstart"
-	if c.t.version < 140000 {
-		waitStart = "NULL::timestamptz" // before PostgreSQL 14 pg_locks has no waitstart: use state_change
-	}
 	// One pass over pg_stat_activity serves the connection count, the xmin
 	// holder and the lock waits. pg_locks takes every lock-manager partition
 	// lock to read the lock table, in the workers' way: it is read only while
 	// some session waits on a lock.
-	b.Queue(fmt.Sprintf(`
-WITH a AS MATERIALIZED (
-    SELECT pid, backend_type, application_name, usename, state, backend_xmin, xact_start,
-           wait_event_type, wait_event, state_change, query
-    FROM pg_stat_activity
-), l AS MATERIALIZED (
-    SELECT pid, relation, granted, %s AS waitstart FROM pg_locks
-    WHERE pid IS NOT NULL AND EXISTS (SELECT 1 FROM a WHERE wait_event_type = 'Lock')
-), ws AS (
-    SELECT pid, min(waitstart) AS waitstart FROM l WHERE NOT granted GROUP BY pid
-)
-SELECT st.live, st.dead, st.autovac, st.last,
-       v.phase, v.heap_blks_total, v.heap_blks_scanned, v.heap_blks_vacuumed,
-       x.pid, x.app, x.state, x.age, x.xact_s,
-       (SELECT count(*) FROM a WHERE backend_type = 'client backend'),
-       current_setting('max_connections')::int,
-       (SELECT json_agg(json_build_object(
-            'pid', a.pid, 'application_name', coalesce(a.application_name, ''), 'user', coalesce(a.usename::text, ''),
-            'state', coalesce(a.state, ''), 'wait_event', coalesce(a.wait_event_type, '') || coalesce(':' || a.wait_event, ''),
-            'wait_ms', CASE WHEN a.wait_event_type = 'Lock' THEN extract(epoch FROM clock_timestamp() - coalesce(ws.waitstart, a.state_change)) * 1000 END,
-            'blocked_by', CASE WHEN a.wait_event_type = 'Lock' THEN pg_blocking_pids(a.pid) END,
-            'query', left(coalesce(a.query, ''), 300)))
-        FROM a JOIN (SELECT DISTINCT pid FROM l WHERE relation = ANY($1::oid[])) AS t ON t.pid = a.pid
-        LEFT JOIN ws ON ws.pid = a.pid
-        WHERE a.pid <> pg_backend_pid()),
-       w.o, w.live, w.dead
-FROM (SELECT sum(pg_stat_get_live_tuples(o))::bigint AS live, sum(pg_stat_get_dead_tuples(o))::bigint AS dead,
-             sum(pg_stat_get_autovacuum_count(o))::bigint AS autovac, max(pg_stat_get_last_autovacuum_time(o)) AS last
-      FROM unnest($2::oid[]) AS o) AS st
-LEFT JOIN (SELECT phase, heap_blks_total, heap_blks_scanned, heap_blks_vacuumed
-           FROM pg_stat_progress_vacuum WHERE relid = ANY($2::oid[]) LIMIT 1) AS v ON true
-LEFT JOIN (SELECT o, pg_stat_get_live_tuples(o) AS live, pg_stat_get_dead_tuples(o) AS dead FROM unnest($2::oid[]) AS o
-           WHERE $3::boolean ORDER BY pg_stat_get_dead_tuples(o)::float8 / greatest(1, pg_stat_get_live_tuples(o) + pg_stat_get_dead_tuples(o)) DESC, o
-           LIMIT 1) AS w ON true
-LEFT JOIN (SELECT pid, coalesce(application_name, '') AS app, coalesce(state, '') AS state,
-                  age(backend_xmin)::bigint AS age, extract(epoch FROM now() - xact_start)::float8 AS xact_s
-           FROM a WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
-           ORDER BY age(backend_xmin) DESC LIMIT 1) AS x ON true`, waitStart), rels, c.t.leaves, c.t.partitioned).QueryRow(func(row pgx.Row) error {
+	b.Queue(serverQuery(c.t.version), rels, c.t.leaves, c.t.partitioned).QueryRow(func(row pgx.Row) error {
 		var live, dead, autovac *int64
 		var phase *string
 		var total, scanned, vacuumed *int64

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -127,5 +128,15 @@ func TestUnusedCounterOnAModelPool(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("ids returned above the head were never counted")
+	}
+}
+
+// The server statement is chosen by version: pg_locks.waitstart exists
+// from PostgreSQL 14 on.
+func TestServerQueryByVersion(t *testing.T) {
+	for v, want := range map[int]string{120000: "NULL::timestamptz AS waitstart", 130011: "NULL::timestamptz AS waitstart", 140000: "waitstart AS waitstart", 150018: "waitstart AS waitstart"} {
+		if q := serverQuery(v); !strings.Contains(q, want) || strings.Contains(q, "%s") {
+			t.Errorf("version %d: want %q in the statement", v, want)
+		}
 	}
 }

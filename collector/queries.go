@@ -1,0 +1,70 @@
+package collector
+
+import "fmt"
+
+// The collector's statements that differ by server version, each named and
+// chosen by serverQuery from the server_version_num read once at start
+// (pgcenter's way). The counting statements (sqlUnused, the PENDING
+// statements in pending.go, the table scan in census.go) are the same on
+// every version pooltop supports (12 and later), but for the TID range
+// scan, which census picks.
+
+// sqlServer14 reads the table statistics summed over the partitions, a
+// running vacuum, the session holding back the xmin horizon, the
+// connection count and the lock waits, from PostgreSQL 14 on: pg_locks
+// tells since when a lock is waited for (waitstart).
+var sqlServer14 = fmt.Sprintf(sqlServerTemplate, "waitstart")
+
+// sqlServer12 is sqlServer14 for PostgreSQL 12 and 13, whose pg_locks has
+// no waitstart: the wait is timed from the session's last state change.
+var sqlServer12 = fmt.Sprintf(sqlServerTemplate, "NULL::timestamptz")
+
+// serverQuery picks the server statement for a server_version_num.
+func serverQuery(version int) string {
+	if version >= 140000 {
+		return sqlServer14
+	}
+	return sqlServer12
+}
+
+// sqlServerTemplate: $1 the relations whose locks count (the pool, its
+// partitions, the ledger), $2 the relations holding rows and statistics
+// (the table or its partitions), $3 whether to name the worst partition.
+const sqlServerTemplate = `
+WITH a AS MATERIALIZED (
+    SELECT pid, backend_type, application_name, usename, state, backend_xmin, xact_start,
+           wait_event_type, wait_event, state_change, query
+    FROM pg_stat_activity
+), l AS MATERIALIZED (
+    SELECT pid, relation, granted, %s AS waitstart FROM pg_locks
+    WHERE pid IS NOT NULL AND EXISTS (SELECT 1 FROM a WHERE wait_event_type = 'Lock')
+), ws AS (
+    SELECT pid, min(waitstart) AS waitstart FROM l WHERE NOT granted GROUP BY pid
+)
+SELECT st.live, st.dead, st.autovac, st.last,
+       v.phase, v.heap_blks_total, v.heap_blks_scanned, v.heap_blks_vacuumed,
+       x.pid, x.app, x.state, x.age, x.xact_s,
+       (SELECT count(*) FROM a WHERE backend_type = 'client backend'),
+       current_setting('max_connections')::int,
+       (SELECT json_agg(json_build_object(
+            'pid', a.pid, 'application_name', coalesce(a.application_name, ''), 'user', coalesce(a.usename::text, ''),
+            'state', coalesce(a.state, ''), 'wait_event', coalesce(a.wait_event_type, '') || coalesce(':' || a.wait_event, ''),
+            'wait_ms', CASE WHEN a.wait_event_type = 'Lock' THEN extract(epoch FROM clock_timestamp() - coalesce(ws.waitstart, a.state_change)) * 1000 END,
+            'blocked_by', CASE WHEN a.wait_event_type = 'Lock' THEN pg_blocking_pids(a.pid) END,
+            'query', left(coalesce(a.query, ''), 300)))
+        FROM a JOIN (SELECT DISTINCT pid FROM l WHERE relation = ANY($1::oid[])) AS t ON t.pid = a.pid
+        LEFT JOIN ws ON ws.pid = a.pid
+        WHERE a.pid <> pg_backend_pid()),
+       w.o, w.live, w.dead
+FROM (SELECT sum(pg_stat_get_live_tuples(o))::bigint AS live, sum(pg_stat_get_dead_tuples(o))::bigint AS dead,
+             sum(pg_stat_get_autovacuum_count(o))::bigint AS autovac, max(pg_stat_get_last_autovacuum_time(o)) AS last
+      FROM unnest($2::oid[]) AS o) AS st
+LEFT JOIN (SELECT phase, heap_blks_total, heap_blks_scanned, heap_blks_vacuumed
+           FROM pg_stat_progress_vacuum WHERE relid = ANY($2::oid[]) LIMIT 1) AS v ON true
+LEFT JOIN (SELECT o, pg_stat_get_live_tuples(o) AS live, pg_stat_get_dead_tuples(o) AS dead FROM unnest($2::oid[]) AS o
+           WHERE $3::boolean ORDER BY pg_stat_get_dead_tuples(o)::float8 / greatest(1, pg_stat_get_live_tuples(o) + pg_stat_get_dead_tuples(o)) DESC, o
+           LIMIT 1) AS w ON true
+LEFT JOIN (SELECT pid, coalesce(application_name, '') AS app, coalesce(state, '') AS state,
+                  age(backend_xmin)::bigint AS age, extract(epoch FROM now() - xact_start)::float8 AS xact_s
+           FROM a WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+           ORDER BY age(backend_xmin) DESC LIMIT 1) AS x ON true`
