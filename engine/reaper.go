@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pooltop-dev/pooltop/internal/startstop"
 )
 
 // LeaseReapParams are the inputs of LeaseReap.
@@ -145,9 +146,7 @@ type Reaper struct {
 	passes, reclaimed, errs, maxLag, maxBatch atomic.Int64
 	lastErr                                   atomic.Pointer[error]
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	run startstop.Runner
 }
 
 // NewReaper validates cfg (after applying defaults) and returns a stopped reaper.
@@ -203,20 +202,10 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 }
 
 // Start runs passes in the background until Stop or ctx ends. Starting a
-// running reaper does nothing.
-func (r *Reaper) Start(ctx context.Context) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.done != nil {
-		return
-	}
-	ctx, r.cancel = context.WithCancel(ctx)
-	r.done = make(chan struct{})
-	go r.loop(ctx, r.done)
-}
+// running reaper does nothing; a stopped one starts again.
+func (r *Reaper) Start(ctx context.Context) { r.run.Start(ctx, r.loop) }
 
-func (r *Reaper) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (r *Reaper) loop(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -230,24 +219,12 @@ func (r *Reaper) loop(ctx context.Context, done chan struct{}) {
 	}
 }
 
-// Stop ends the background loop and waits for the pass in flight.
-func (r *Reaper) Stop() {
-	r.mu.Lock()
-	cancel, done := r.cancel, r.done
-	r.cancel, r.done = nil, nil
-	r.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
-}
+// Stop ends the background loop and waits for the pass in flight. Stopping
+// a stopped reaper does nothing.
+func (r *Reaper) Stop() { r.run.Stop() }
 
 // Running reports whether the background loop is on.
-func (r *Reaper) Running() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.done != nil
-}
+func (r *Reaper) Running() bool { return r.run.Running() }
 
 // Stats returns the counters.
 func (r *Reaper) Stats() ReaperStats {

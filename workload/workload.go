@@ -15,6 +15,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/startstop"
 )
 
 // LeakedLease is a lease a crashed worker died holding.
@@ -25,8 +26,9 @@ type LeakedLease struct {
 }
 
 // Workload is a fleet of simulated workers plus the reaper and the refill
-// producer. Start it once; SetConfig changes knobs while it runs; Stop ends
-// it cleanly. All methods are safe for concurrent use.
+// producer. Start and Stop follow the one life cycle of internal/startstop
+// (stopped again, it starts again); SetConfig changes knobs while it runs.
+// All methods are safe for concurrent use.
 type Workload struct {
 	eng    *engine.Engine
 	reaper *engine.Reaper
@@ -42,14 +44,11 @@ type Workload struct {
 	retired  *totals    // figures of workers that ended
 	leaked   map[int64]LeakedLease
 	nextID   int
-	started  bool
-	stopped  bool
-	cancel   context.CancelFunc
-	done     chan struct{}
 	refilled atomic.Int64
 	base     Snapshot // subtracted by Reset
 
-	wg sync.WaitGroup // worker goroutines
+	wg  sync.WaitGroup // worker goroutines
+	run startstop.Runner
 }
 
 // New validates cfg and returns a stopped workload over eng.
@@ -95,35 +94,14 @@ func (w *Workload) Reaper() *engine.Reaper { return w.reaper }
 
 // Start launches the supervisor, which starts the workers, the reaper and
 // the producer. It returns at once.
-func (w *Workload) Start(ctx context.Context) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.started {
-		return
-	}
-	w.started = true
-	ctx, w.cancel = context.WithCancel(ctx)
-	w.done = make(chan struct{})
-	go w.supervise(ctx)
-}
+func (w *Workload) Start(ctx context.Context) { w.run.Start(ctx, w.supervise) }
 
 // Stop asks every worker to finish its cycle or release its leases, waits
-// for them, stops the reaper and the producer. Idempotent.
-func (w *Workload) Stop() {
-	w.mu.Lock()
-	if !w.started || w.stopped {
-		w.mu.Unlock()
-		return
-	}
-	w.stopped = true
-	cancel, done := w.cancel, w.done
-	w.mu.Unlock()
-	cancel()
-	<-done
-}
+// for them, stops the reaper and the producer. Stopping a stopped workload
+// does nothing.
+func (w *Workload) Stop() { w.run.Stop() }
 
 func (w *Workload) supervise(ctx context.Context) {
-	defer close(w.done)
 	// Database calls use dbCtx, which outlives ctx until every worker has
 	// finished, so that a clean stop can still release leases.
 	dbCtx, dbCancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -2,6 +2,7 @@ package workload_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -218,5 +219,46 @@ func TestScenarioNames(t *testing.T) {
 		if err := sc.Config(1).Validate(); err != nil {
 			t.Errorf("%s: %v", sc.Name, err)
 		}
+	}
+}
+
+// The workload follows the one life cycle: stopped before it starts,
+// started and stopped from several goroutines at once, and started again
+// after a stop, it runs one fleet at a time, leaks no goroutine (goleak in
+// TestMain) and leaves the pool audited clean.
+func TestWorkloadStartStopRestart(t *testing.T) {
+	b := setup(t, 50_000)
+	cfg := workload.Defaults()
+	cfg.Workers, cfg.Task = 4, time.Millisecond
+	wl, err := workload.New(b.eng, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Stop() // before Start
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				if (i+g)%2 == 0 {
+					wl.Start(b.ctx)
+				} else {
+					wl.Stop()
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	wl.Stop()
+	before := wl.Snapshot().Committed
+	wl.Start(b.ctx)
+	poll(t, "commits after a restart", 30*time.Second, func() bool { return wl.Snapshot().Committed > before+10 })
+	wl.Stop()
+	if s := wl.Snapshot(); s.Workers != 0 {
+		t.Fatalf("%d workers after Stop", s.Workers)
+	}
+	if a := b.audit(t); len(a.Violations) != 0 {
+		t.Fatalf("violations after restarts: %v", a.Violations)
 	}
 }
