@@ -98,7 +98,7 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 	wl.Start(ctx)
 	defer wl.Stop()
 
-	col, err := newCollector(ctx, collector.Config{DSN: d.dsn, Table: g.schema + ".resource_pool",
+	col, err := collector.New(ctx, collector.Config{DSN: d.dsn, Table: g.schema + ".resource_pool",
 		Alerts: collector.AlertConfig{ExpiredAfter: cfg.ReaperInterval + cfg.ReaperGrace}, Workload: wl})
 	if err != nil {
 		return err

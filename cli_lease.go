@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"text/tabwriter"
 	"time"
 
@@ -12,11 +10,6 @@ import (
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/termtext"
 )
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	return enc.Encode(v)
-}
 
 // leaseFlags are the flags of the lease subcommands.
 type leaseFlags struct {
@@ -28,7 +21,7 @@ type leaseFlags struct {
 }
 
 func newLeaseCmd(g *globals) *cobra.Command {
-	f := &leaseFlags{}
+	c := &leaseCLI{g: g, f: &leaseFlags{}}
 	lease := &cobra.Command{
 		Use:   "lease",
 		Short: "Drive the lease engine by hand: acquire, renew, release, transfer, commit, reap, show",
@@ -44,43 +37,63 @@ the pooltop marker unless --allow-writes is given.
 	lease.PersistentFlags().BoolVar(&g.jsonOut, "json", false, "print JSON")
 	lease.PersistentFlags().BoolVar(&g.allowWrites, "allow-writes", false, "write even if the database lacks the pooltop marker")
 
-	// withEngine opens the database for a lease subcommand and runs fn.
-	withEngine := func(cmd *cobra.Command, write bool, fn func(*database) error) error {
-		d, err := g.open(cmd.Context(), openOptions{appName: "pooltop-lease", maxConns: 2, write: write, seedEmbedded: 1000})
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		return fn(d)
-	}
-	printLeases := func(ls []engine.Lease) error {
-		if g.jsonOut {
-			return writeJSON(g.stdout, ls)
-		}
-		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tIDENTIFIER\tTOKEN\tHOLDER\tLEASED UNTIL")
-		for _, l := range ls {
-			until := "never (no lease)"
-			if l.LeasedUntil != nil {
-				until = l.LeasedUntil.UTC().Format(time.RFC3339Nano)
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", l.ID, termtext.Escape(l.Identifier), l.Token, termtext.Escape(l.Holder), until)
-		}
-		return tw.Flush()
-	}
-	idTok := func(c *cobra.Command) {
-		c.Flags().Int64Var(&f.id, "id", 0, "resource id (required)")
-		c.Flags().Int64Var(&f.token, "token", -1, "fencing token of the lease (required)")
-	}
-	need := func(c *cobra.Command, names ...string) error {
-		for _, n := range names {
-			if !c.Flags().Changed(n) {
-				return usageError{fmt.Errorf("%s: --%s is required: see '%s --help'", c.CommandPath(), n, c.CommandPath())}
-			}
-		}
-		return nil
-	}
+	lease.AddCommand(c.acquireCmd(), c.renewCmd(), c.releaseCmd(), c.transferCmd(), c.commitCmd(), c.reapCmd(), c.showCmd())
+	return lease
+}
 
+// leaseCLI is the lease command's state: the global flags and its own.
+type leaseCLI struct {
+	g *globals
+	f *leaseFlags
+}
+
+// withEngine opens the database for a lease subcommand and runs fn.
+func (c *leaseCLI) withEngine(cmd *cobra.Command, write bool, fn func(*database) error) error {
+	d, err := c.g.open(cmd.Context(), openOptions{appName: "pooltop-lease", maxConns: 2, write: write, seedEmbedded: 1000})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return fn(d)
+}
+
+// printLeases prints leases as a table, or JSON.
+func (c *leaseCLI) printLeases(ls []engine.Lease) error {
+	g := c.g
+	if g.jsonOut {
+		return writeJSON(g.stdout, ls)
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tIDENTIFIER\tTOKEN\tHOLDER\tLEASED UNTIL")
+	for _, l := range ls {
+		until := "never (no lease)"
+		if l.LeasedUntil != nil {
+			until = l.LeasedUntil.UTC().Format(time.RFC3339Nano)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", l.ID, termtext.Escape(l.Identifier), l.Token, termtext.Escape(l.Holder), until)
+	}
+	return tw.Flush()
+}
+
+// idTok adds the --id and --token flags.
+func (c *leaseCLI) idTok(cmd *cobra.Command) {
+	cmd.Flags().Int64Var(&c.f.id, "id", 0, "resource id (required)")
+	cmd.Flags().Int64Var(&c.f.token, "token", -1, "fencing token of the lease (required)")
+}
+
+// need says which required flags are missing.
+func need(c *cobra.Command, names ...string) error {
+	for _, n := range names {
+		if !c.Flags().Changed(n) {
+			return usageError{fmt.Errorf("%s: --%s is required: see '%s --help'", c.CommandPath(), n, c.CommandPath())}
+		}
+	}
+	return nil
+}
+
+// acquireCmd is pooltop lease acquire.
+func (c *leaseCLI) acquireCmd() *cobra.Command {
+	f := c.f
 	acquire := &cobra.Command{
 		Use:   "acquire",
 		Short: "Claim up to --n free ids for --holder under a --ttl lease",
@@ -96,13 +109,13 @@ the pooltop marker unless --allow-writes is given.
 			if err != nil {
 				return usageError{err}
 			}
-			return withEngine(cmd, true, func(d *database) error {
+			return c.withEngine(cmd, true, func(d *database) error {
 				ls, err := d.eng.LeaseAcquire(cmd.Context(), &engine.LeaseAcquireParams{
 					Holder: f.holder, TTL: f.ttl, N: f.n, Strategy: st, NoLease: f.noLease})
 				if err != nil {
 					return err
 				}
-				return printLeases(ls)
+				return c.printLeases(ls)
 			})
 		},
 	}
@@ -112,6 +125,12 @@ the pooltop marker unless --allow-writes is given.
 	acquire.Flags().StringVar(&f.strategy, "strategy", "skip-locked", "skip-locked, blocking or optimistic")
 	acquire.Flags().BoolVar(&f.noLease, "no-lease", false, "claim without an expiry (the leak the reaper cannot fix)")
 
+	return acquire
+}
+
+// renewCmd is pooltop lease renew.
+func (c *leaseCLI) renewCmd() *cobra.Command {
+	g, f := c.g, c.f
 	renew := &cobra.Command{
 		Use:   "renew",
 		Short: "Extend a live lease by --ttl from now (the token does not change)",
@@ -119,7 +138,7 @@ the pooltop marker unless --allow-writes is given.
 			if err := need(cmd, "id", "token", "ttl"); err != nil {
 				return err
 			}
-			return withEngine(cmd, true, func(d *database) error {
+			return c.withEngine(cmd, true, func(d *database) error {
 				l, err := d.eng.LeaseRenew(cmd.Context(), &engine.LeaseRenewParams{ID: f.id, Token: f.token, TTL: f.ttl})
 				if err != nil {
 					return err
@@ -127,13 +146,19 @@ the pooltop marker unless --allow-writes is given.
 				if g.jsonOut {
 					return writeJSON(g.stdout, l)
 				}
-				return printLeases([]engine.Lease{l})
+				return c.printLeases([]engine.Lease{l})
 			})
 		},
 	}
-	idTok(renew)
+	c.idTok(renew)
 	renew.Flags().DurationVar(&f.ttl, "ttl", 0, "new lease length from now (required)")
 
+	return renew
+}
+
+// releaseCmd is pooltop lease release.
+func (c *leaseCLI) releaseCmd() *cobra.Command {
+	g, f := c.g, c.f
 	release := &cobra.Command{
 		Use:   "release",
 		Short: "Return a leased id to the pool (its token is bumped: the old one is stale)",
@@ -141,7 +166,7 @@ the pooltop marker unless --allow-writes is given.
 			if err := need(cmd, "id", "token"); err != nil {
 				return err
 			}
-			return withEngine(cmd, true, func(d *database) error {
+			return c.withEngine(cmd, true, func(d *database) error {
 				l, err := d.eng.LeaseRelease(cmd.Context(), &engine.LeaseReleaseParams{ID: f.id, Token: f.token})
 				if err != nil {
 					return err
@@ -154,8 +179,14 @@ the pooltop marker unless --allow-writes is given.
 			})
 		},
 	}
-	idTok(release)
+	c.idTok(release)
 
+	return release
+}
+
+// transferCmd is pooltop lease transfer.
+func (c *leaseCLI) transferCmd() *cobra.Command {
+	g, f := c.g, c.f
 	transfer := &cobra.Command{
 		Use:   "transfer",
 		Short: "Hand a live lease to --to; the new holder gets a higher token",
@@ -163,7 +194,7 @@ the pooltop marker unless --allow-writes is given.
 			if err := need(cmd, "id", "token", "to"); err != nil {
 				return err
 			}
-			return withEngine(cmd, true, func(d *database) error {
+			return c.withEngine(cmd, true, func(d *database) error {
 				l, err := d.eng.LeaseTransfer(cmd.Context(), &engine.LeaseTransferParams{ID: f.id, Token: f.token, To: f.to, TTL: f.ttl})
 				if err != nil {
 					return err
@@ -171,14 +202,20 @@ the pooltop marker unless --allow-writes is given.
 				if g.jsonOut {
 					return writeJSON(g.stdout, l)
 				}
-				return printLeases([]engine.Lease{l})
+				return c.printLeases([]engine.Lease{l})
 			})
 		},
 	}
-	idTok(transfer)
+	c.idTok(transfer)
 	transfer.Flags().StringVar(&f.to, "to", "", "the new holder (required)")
 	transfer.Flags().DurationVar(&f.ttl, "ttl", 0, "give the new holder a fresh lease of this length (default: keep the expiry)")
 
+	return transfer
+}
+
+// commitCmd is pooltop lease commit.
+func (c *leaseCLI) commitCmd() *cobra.Command {
+	g, f := c.g, c.f
 	commit := &cobra.Command{
 		Use:   "commit",
 		Short: "Record the effect in business_ledger and consume the id, fenced on --token",
@@ -186,7 +223,7 @@ the pooltop marker unless --allow-writes is given.
 			if err := need(cmd, "id", "token", "request-id"); err != nil {
 				return err
 			}
-			return withEngine(cmd, true, func(d *database) error {
+			return c.withEngine(cmd, true, func(d *database) error {
 				res, err := d.eng.LeaseCommit(cmd.Context(), &engine.LeaseCommitParams{
 					ID: f.id, Token: f.token, Holder: f.holder, RequestID: f.requestID, Payload: f.payload, NoFence: f.noFence})
 				if err != nil {
@@ -205,17 +242,23 @@ the pooltop marker unless --allow-writes is given.
 			})
 		},
 	}
-	idTok(commit)
+	c.idTok(commit)
 	commit.Flags().StringVar(&f.requestID, "request-id", "", "idempotency key of the effect (required)")
 	commit.Flags().StringVar(&f.payload, "payload", "", "the effect's payload")
 	commit.Flags().StringVar(&f.holder, "holder", "", "who commits (recorded in the ledger)")
 	commit.Flags().BoolVar(&f.noFence, "no-fence", false, "skip the token check (the split-brain demo: never in production)")
 
+	return commit
+}
+
+// reapCmd is pooltop lease reap.
+func (c *leaseCLI) reapCmd() *cobra.Command {
+	g, f := c.g, c.f
 	reap := &cobra.Command{
 		Use:   "reap",
 		Short: "Return up to --batch expired leases to the pool, once",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withEngine(cmd, true, func(d *database) error {
+			return c.withEngine(cmd, true, func(d *database) error {
 				res, err := d.eng.LeaseReap(cmd.Context(), &engine.LeaseReapParams{Batch: f.batch, Grace: f.grace})
 				if err != nil {
 					return err
@@ -231,6 +274,12 @@ the pooltop marker unless --allow-writes is given.
 	reap.Flags().IntVar(&f.batch, "batch", 1000, fmt.Sprintf("at most this many rows (1..%d)", engine.MaxBatch))
 	reap.Flags().DurationVar(&f.grace, "grace", 0, "only leases expired for longer than this")
 
+	return reap
+}
+
+// showCmd is pooltop lease show.
+func (c *leaseCLI) showCmd() *cobra.Command {
+	g, f := c.g, c.f
 	show := &cobra.Command{
 		Use:   "show",
 		Short: "Print one row: status, token, holder, lease and number of effects",
@@ -238,7 +287,7 @@ the pooltop marker unless --allow-writes is given.
 			if err := need(cmd, "id"); err != nil {
 				return err
 			}
-			return withEngine(cmd, false, func(d *database) error {
+			return c.withEngine(cmd, false, func(d *database) error {
 				r, err := d.eng.Show(cmd.Context(), f.id)
 				if err != nil {
 					return err
@@ -273,7 +322,5 @@ the pooltop marker unless --allow-writes is given.
 		},
 	}
 	show.Flags().Int64Var(&f.id, "id", 0, "resource id (required)")
-
-	lease.AddCommand(acquire, renew, release, transfer, commit, reap, show)
-	return lease
+	return show
 }

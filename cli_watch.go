@@ -116,7 +116,7 @@ count of a ten-million-row pool takes seconds and slows the workers.
 			if err != nil {
 				return err
 			}
-			col, err := newCollector(ctx, cfg)
+			col, err := collector.New(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -130,11 +130,6 @@ count of a ten-million-row pool takes seconds and slows the workers.
 	o.addFlags(cmd)
 	cmd.Flags().BoolVar(&g.jsonOut, "json", false, "with --headless: one JSON object per line")
 	return cmd
-}
-
-// newCollector connects the collector, turning connection failures into one line.
-func newCollector(ctx context.Context, cfg collector.Config) (*collector.Collector, error) {
-	return collector.New(ctx, cfg)
 }
 
 // runHeadless polls every interval and prints one line per poll.

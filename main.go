@@ -6,12 +6,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5"
@@ -21,21 +19,6 @@ import (
 	"github.com/pooltop-dev/pooltop/internal/termtext"
 )
 
-// Exit codes. Scripts tell "rejected by the lease or the fence" from
-// "broken" by these; they are documented in the README and in --help.
-const (
-	exitOK         = 0
-	exitError      = 1 // anything broken: bad connection, SQL error, missing schema
-	exitUsage      = 2 // bad flags or arguments
-	exitLeaseLost  = 3 // the lease is no longer the caller's (expired, consumed, not held)
-	exitStaleToken = 4 // the fence rejected the token: the id moved on to a newer one
-	exitPoolEmpty  = 5 // no UNUSED id could be claimed
-)
-
-const exitCodesHelp = `Exit codes: 0 ok, 1 error, 2 usage, 3 lease lost (expired, consumed or
-not held), 4 stale token (rejected by the fence), 5 pool empty, 6 invariant
-violated (chaos, verify).`
-
 func main() {
 	// A closed terminal (SIGHUP) ends pooltop as Ctrl-C does: the deferred
 	// cleanup stops the embedded server and removes its directory.
@@ -44,9 +27,6 @@ func main() {
 	stop()
 	os.Exit(code)
 }
-
-// usageError marks errors in how pooltop was called (exit 2).
-type usageError struct{ error }
 
 // run executes one command line and returns the exit code. Deferred cleanup
 // (the embedded server above all) has run by the time it returns.
@@ -61,27 +41,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	fmt.Fprintln(stderr, "pooltop: "+termtext.Escape(oneLine(g.redact(err.Error()))))
-	var ue usageError
-	var ve violationError
-	switch {
-	case errors.As(err, &ue):
-		return exitUsage
-	case errors.As(err, &ve):
-		return exitViolation
-	case errors.Is(err, engine.ErrStaleToken):
-		return exitStaleToken
-	case errors.Is(err, engine.ErrLeaseLost):
-		return exitLeaseLost
-	case errors.Is(err, engine.ErrPoolEmpty):
-		return exitPoolEmpty
-	case errors.Is(err, engine.ErrInvalidArgument):
-		return exitUsage
-	}
-	return exitError
-}
-
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	return exitCode(err)
 }
 
 // globals are the flags every command shares.
