@@ -282,10 +282,9 @@ func BenchmarkPollShapes(b *testing.B) {
 			b.Logf("%s: largest error after the load: %.2f%% (%s)", sh.name, after, which)
 
 			var overheads []float64
-			stop := make(chan struct{})
 			for k := 0; k < 10; k++ {
 				quiet := load(4 * time.Second)
-				stop = make(chan struct{})
+				stop := make(chan struct{})
 				go func(stop chan struct{}) {
 					tick := time.NewTicker(time.Second)
 					defer tick.Stop()
