@@ -24,14 +24,7 @@ import (
 //
 //	POOLTOP_BENCH_ROWS=10000000 go test -run '^$' -bench PollUnderLoad -benchtime 1x -timeout 60m ./collector/
 func BenchmarkPollUnderLoad(b *testing.B) {
-	rows := 1_000_000
-	if s := os.Getenv("POOLTOP_BENCH_ROWS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rows = n
-	}
+	rows := benchRows(b)
 	ctx := context.Background()
 	schema := pgtest.MigratedSchema(b)
 	pool := pgtest.Pool(b, schema, pgtest.Options{MaxConns: 16, AppName: "pooltop-workload"})
@@ -202,14 +195,7 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 //
 //	POOLTOP_BENCH_ROWS=10000000 go test -run '^$' -bench PollShapes -benchtime 1x -timeout 120m ./collector/
 func BenchmarkPollShapes(b *testing.B) {
-	rows := 1_000_000
-	if s := os.Getenv("POOLTOP_BENCH_ROWS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rows = n
-	}
+	rows := benchRows(b)
 	ctx := context.Background()
 	for _, sh := range shapes {
 		b.Run(sh.name, func(b *testing.B) {
@@ -314,4 +300,18 @@ func BenchmarkPollShapes(b *testing.B) {
 			b.ReportMetric((overheads[4]+overheads[5])/2, "overhead_median_%")
 		})
 	}
+}
+
+// benchRows is POOLTOP_BENCH_ROWS, the size of the benchmarks' pools
+// (default 1,000,000).
+func benchRows(b *testing.B) int {
+	s := os.Getenv("POOLTOP_BENCH_ROWS")
+	if s == "" {
+		return 1_000_000
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		b.Fatalf("POOLTOP_BENCH_ROWS=%q: give a number of rows", s)
+	}
+	return n
 }
