@@ -71,22 +71,7 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 		r.Close()
 		return time.Since(t0)
 	}
-	// pollEvery polls once a second until stop is closed.
-	pollEvery := func(stop <-chan struct{}) {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				if _, err := col.Poll(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}
-	}
+	pollEvery := func(stop <-chan struct{}) { pollEverySecond(b, col, stop) }
 
 	// The load: the workload in this process (default), or with
 	// POOLTOP_BENCH_LOAD=pgbench the same claim → commit cycle driven by
@@ -271,21 +256,7 @@ func BenchmarkPollShapes(b *testing.B) {
 			for k := 0; k < 10; k++ {
 				quiet := load(4 * time.Second)
 				stop := make(chan struct{})
-				go func(stop chan struct{}) {
-					tick := time.NewTicker(time.Second)
-					defer tick.Stop()
-					for {
-						select {
-						case <-stop:
-							return
-						case <-tick.C:
-							if _, err := col.Poll(ctx); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}
-				}(stop)
+				go pollEverySecond(b, col, stop)
 				polled := load(4 * time.Second)
 				close(stop)
 				overheads = append(overheads, 100*(quiet-polled)/quiet)
@@ -314,4 +285,22 @@ func benchRows(b *testing.B) int {
 		b.Fatalf("POOLTOP_BENCH_ROWS=%q: give a number of rows", s)
 	}
 	return n
+}
+
+// pollEverySecond polls col once a second until stop is closed, as
+// pooltop watch does beside a workload.
+func pollEverySecond(b *testing.B, col *collector.Collector, stop <-chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			if _, err := col.Poll(context.Background()); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	}
 }
