@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pooltop-dev/pooltop/engine"
@@ -37,17 +38,7 @@ func (g *globals) dsnFrom() string {
 }
 
 // wantsEmbedded reports whether no server was named at all.
-func (g *globals) wantsEmbedded() bool {
-	if g.resolvedDSN() != "" {
-		return false
-	}
-	for _, v := range pgEnv {
-		if os.Getenv(v) != "" {
-			return false
-		}
-	}
-	return true
-}
+func (g *globals) wantsEmbedded() bool { return g.dsn == "" && g.environmentServer() == "" }
 
 // database is an open connection to the pool's database, and the embedded
 // server behind it when pooltop started one.
@@ -93,9 +84,9 @@ func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 		return nil, usageError{fmt.Errorf("--schema: %w", err)}
 	}
 	d := &database{dsn: g.resolvedDSN()}
-	embedded := g.wantsEmbedded()
+	embedded, from := g.wantsEmbedded(), g.dsnFrom()
 	if o.load {
-		d.dsn, embedded = g.dsn, g.dsn == ""
+		d.dsn, embedded, from = g.dsn, g.dsn == "", "--dsn"
 	}
 	ok := false
 	defer func() {
@@ -129,11 +120,11 @@ func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 		}
 	}
 	if o.migrate {
-		if _, err := g.migrate(ctx, d.dsn, migrations.Options{Adopt: g.allowWrites}); err != nil {
+		if _, err := g.migrate(ctx, d.dsn, from, migrations.Options{Adopt: g.allowWrites}); err != nil {
 			return nil, err
 		}
 	}
-	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: d.dsn, From: g.dsnFrom(), Schema: g.schema, AppName: o.appName, MaxConns: o.maxConns, RTT: o.rtt})
+	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: d.dsn, From: from, Schema: g.schema, AppName: o.appName, MaxConns: o.maxConns, RTT: o.rtt})
 	if err != nil {
 		return nil, err
 	}
@@ -207,18 +198,18 @@ func (g *globals) checkLoadTarget(ctx context.Context, dsn, appName string) erro
 	return nil
 }
 
-// migrate applies the schema on dsn.
-func (g *globals) migrate(ctx context.Context, dsn string, o migrations.Options) (migrations.Result, error) {
-	pcfg, err := engine.PoolConfig(engine.ConnOptions{DSN: dsn, From: g.dsnFrom(), Schema: g.schema, AppName: "pooltop-migrate"})
+// migrate applies the schema on dsn (from names where dsn came from).
+func (g *globals) migrate(ctx context.Context, dsn, from string, o migrations.Options) (migrations.Result, error) {
+	pcfg, err := engine.PoolConfig(engine.ConnOptions{DSN: dsn, From: from, Schema: g.schema, AppName: "pooltop-migrate"})
 	if err != nil {
 		return migrations.Result{}, err
 	}
 	cc := pcfg.ConnConfig
-	conn, err := pgx.ConnectConfig(ctx, cc.Copy())
-	if err != nil {
-		return migrations.Result{}, engine.ConnectError(cc, err)
-	}
-	conn.Close(ctx)
 	delete(cc.RuntimeParams, "search_path")
-	return migrations.Apply(ctx, cc, g.schema, o)
+	res, err := migrations.Apply(ctx, cc, g.schema, o)
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return res, engine.ConnectError(cc, err) // one line: refused, wrong password, no such database
+	}
+	return res, err
 }

@@ -37,7 +37,7 @@ The database comes from --dsn, else DATABASE_URL, else the PG* variables.`,
 			if g.wantsEmbedded() {
 				return usageError{errors.New("migrate needs a database: pass --dsn (or set DATABASE_URL or PGHOST); the demo migrates its throwaway server itself")}
 			}
-			res, err := g.migrate(ctx, g.resolvedDSN(), migrations.Options{Adopt: g.allowWrites, DryRun: dryRun})
+			res, err := g.migrate(ctx, g.resolvedDSN(), g.dsnFrom(), migrations.Options{Adopt: g.allowWrites, DryRun: dryRun})
 			if err != nil {
 				return err
 			}

@@ -216,6 +216,11 @@ func TestConnectionFailuresNeverPrintThePassword(t *testing.T) {
 			t.Errorf("%s: password printed: %q", c.name, r.stderr)
 		}
 	}
+	// migrate connects on its own (goose): the same one line.
+	r := pooltop(t, "migrate", "--dsn", cases[0].dsn)
+	if r.code != exitError || !strings.Contains(r.stderr, "connection refused: is PostgreSQL running") || strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stderr, secret) {
+		t.Errorf("migrate, unreachable: exit %d, stderr %q", r.code, r.stderr)
+	}
 }
 
 // Through DATABASE_URL and the PG* variables too (not parallel: it sets the
