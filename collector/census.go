@@ -28,9 +28,9 @@ type census struct {
 
 // crange is what one range of the table held when it was read.
 type crange struct {
-	rows, pending, expired, expiredOld, stuck int64
-	oldest                                    *time.Time
-	at                                        time.Time
+	pending, expired, expiredOld, stuck int64
+	oldest                              *time.Time
+	at                                  time.Time
 }
 
 const (
@@ -87,10 +87,9 @@ func (q *censusQuery) queue(b *pgx.Batch, c *census, table string, oids []uint32
 	// A row nothing frees: a lease expired longer ago than the stuck
 	// threshold, or no lease and unchanged for that long.
 	sql := fmt.Sprintf(`
-SELECT clock_timestamp(), %[5]s, ARRAY(SELECT row(g.k, r.rows, r.pending, r.expired, r.expired_old, r.stuck, r.oldest)
+SELECT clock_timestamp(), %[5]s, ARRAY(SELECT row(g.k, r.pending, r.expired, r.expired_old, r.stuck, r.oldest)
     FROM generate_series($2::bigint, $3::bigint - 1) AS g(k) CROSS JOIN LATERAL (
-        SELECT count(*) AS rows,
-               count(*) FILTER (WHERE status = 'PENDING') AS pending,
+        SELECT count(*) FILTER (WHERE status = 'PENDING') AS pending,
                count(*) FILTER (WHERE status = 'PENDING' AND %[2]s < now()) AS expired,
                count(*) FILTER (WHERE status = 'PENDING' AND %[2]s < now() - $4::bigint * interval '1 microsecond') AS expired_old,
                count(*) FILTER (WHERE status = 'PENDING' AND (%[2]s < now() - $5::bigint * interval '1 microsecond'
@@ -106,7 +105,7 @@ SELECT clock_timestamp(), %[5]s, ARRAY(SELECT row(g.k, r.rows, r.pending, r.expi
 		}
 		q.got = map[int64]crange{}
 		for _, r := range rows {
-			q.got[r.k] = crange{rows: r.rows, pending: r.pending, expired: r.expired, expiredOld: r.expiredOld, stuck: r.stuck, oldest: finite(r.oldest)}
+			q.got[r.k] = crange{pending: r.pending, expired: r.expired, expiredOld: r.expiredOld, stuck: r.stuck, oldest: finite(r.oldest)}
 		}
 		q.rotMS = float64(t1.Sub(t0).Microseconds()) / 1000
 		return nil
@@ -114,16 +113,17 @@ SELECT clock_timestamp(), %[5]s, ARRAY(SELECT row(g.k, r.rows, r.pending, r.expi
 }
 
 type censusRow struct {
-	k, rows, pending, expired, expiredOld, stuck int64
-	oldest                                       pgtype.Timestamptz
+	k, pending, expired, expiredOld, stuck int64
+	oldest                                 pgtype.Timestamptz
 }
 
 func (r *censusRow) ScanIndex(i int) any {
-	return []any{&r.k, &r.rows, &r.pending, &r.expired, &r.expiredOld, &r.stuck, &r.oldest}[i]
+	return []any{&r.k, &r.pending, &r.expired, &r.expiredOld, &r.stuck, &r.oldest}[i]
 }
 
 // absorb keeps the ranges read and returns the figures; ranges never read
-// yet are taken to hold as many PENDING rows per row as those read.
+// yet are taken to hold as many PENDING rows as those read, range for range
+// (every range spans as many pages, or ids before PostgreSQL 14).
 func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration) pendingFigures {
 	for k, r := range q.got {
 		r.at = now
@@ -136,14 +136,12 @@ func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration
 		}
 	}
 	var f pendingFigures
-	var rows int64
 	oldest := now
 	for _, r := range c.counts {
 		f.pending += r.pending
 		f.expired += r.expired
 		f.expiredOld += r.expiredOld
 		f.stuck += r.stuck
-		rows += r.rows
 		if r.oldest != nil && (f.oldest == nil || r.oldest.Before(*f.oldest)) {
 			t := *r.oldest
 			f.oldest = &t
