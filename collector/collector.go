@@ -486,7 +486,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	s.PollMS = float64(time.Since(start).Microseconds()) / 1000
 	if c.cfg.Workload != nil {
 		if _, err := c.cfg.Workload.RefreshLeaked(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			s.Limits = append(s.Limits, "workload leaked: "+err.Error())
+			s.Limits = append(s.Limits, "workload: leaked ids not checked: "+err.Error())
 		}
 		ws := c.cfg.Workload.Snapshot()
 		s.Workload = &ws
