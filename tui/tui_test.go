@@ -388,6 +388,33 @@ func TestBlockerRowsStayInTheirColumn(t *testing.T) {
 				t.Fatalf("%dx%d: the events column moved: %q", size[0], size[1], l)
 			}
 		}
+		// A gutter of one space keeps a cut blocker row from running into
+		// the events column.
+		var bottom bool
+		for _, l := range strings.Split(ansiStrip(m.View()), "\n") {
+			bottom = bottom || strings.Contains(l, "who blocks whom")
+			if strings.HasPrefix(l, "poll ") {
+				break // the status line: the bottom panels end above it
+			}
+			if !bottom {
+				continue
+			}
+			if w := lipgloss.Width(l); w > size[0]/2 {
+				col := []rune(ansiStrip(l))
+				// the cell just before the events column is a space
+				x, cut := 0, -1
+				for i, c := range col {
+					if x == size[0]/2-1 {
+						cut = i
+						break
+					}
+					x += lipgloss.Width(string(c))
+				}
+				if cut >= 0 && col[cut] != ' ' {
+					t.Fatalf("%dx%d: the blocking tree runs into the events column: %q", size[0], size[1], l)
+				}
+			}
+		}
 	}
 }
 

@@ -348,8 +348,13 @@ func (m Model) viewLocks(width, height int) string {
 	if s != nil && s.Xmin != nil && s.Xmin.Age > 1000 {
 		lines = append(lines, st.Dim.Render(fmt.Sprintf("xmin held %s xacts by %d %s (%s)", formatInt(s.Xmin.Age), s.Xmin.PID, sanitize(s.Xmin.App), sanitize(s.Xmin.State))))
 	}
-	return box(strings.Join(lines, "\n"), width, height)
+	// One column of gutter: a row cut at the width must not run into the
+	// events beside it.
+	return gutter(box(strings.Join(lines, "\n"), width-1, height))
 }
+
+// gutter adds a blank column on the right of every line of s.
+func gutter(s string) string { return strings.ReplaceAll(s, "\n", " \n") + " " }
 
 func (m Model) viewEvents(width, height int) string {
 	st := m.styles
