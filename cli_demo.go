@@ -17,19 +17,20 @@ import (
 
 // demoOptions are the flags of the demo (pooltop with no command).
 type demoOptions struct {
-	poolSize int
-	workers  int
-	scenario string
-	maxConns int
-	reaper   engine.ReaperConfig
-	watch    watchOptions
+	poolSize    int
+	poolSizeSet bool // --pool-size given: every scenario's fresh pool has that size
+	workers     int
+	scenario    string
+	maxConns    int
+	reaper      engine.ReaperConfig
+	watch       watchOptions
 }
 
 func (o *demoOptions) addFlags(c *cobra.Command) {
 	f := c.Flags()
 	f.IntVar(&o.poolSize, "pool-size", 200_000, "ids to create when the pool is empty")
-	f.IntVar(&o.workers, "workers", 8, "simulated workers at start")
-	f.StringVar(&o.scenario, "scenario", "", "start from a scenario preset (see pooltop chaos --help)")
+	f.IntVar(&o.workers, "workers", 0, "simulated workers at start (default: the scenario's)")
+	f.StringVar(&o.scenario, "scenario", "healthy", "the scenario preset to start with (see pooltop chaos --help)")
 	f.IntVar(&o.maxConns, "max-conns", 16, "connections the workers share")
 	f.DurationVar(&o.reaper.Interval, "reaper-interval", time.Second, "time between reaper passes")
 	f.IntVar(&o.reaper.Batch, "reaper-batch", 1000, "rows per reaper statement")
@@ -56,14 +57,12 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 	if o.maxConns < 1 || o.maxConns > 256 {
 		return usageError{fmt.Errorf("--max-conns %d: between 1 and 256", o.maxConns)}
 	}
-	cfg := workload.Defaults()
-	if o.scenario != "" {
-		sc, err := workload.ScenarioByName(o.scenario)
-		if err != nil {
-			return usageError{err}
-		}
-		cfg = sc.Config(1)
-	} else {
+	sc, err := workload.ScenarioByName(o.scenario)
+	if err != nil {
+		return usageError{err}
+	}
+	cfg := scenarioConfig(sc, 1)
+	if o.workers != 0 {
 		cfg.Workers = o.workers
 	}
 	cfg.ReaperInterval, cfg.ReaperBatch, cfg.ReaperGrace = o.reaper.Interval, o.reaper.Batch, o.reaper.Grace
@@ -117,5 +116,10 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 		fmt.Fprintf(g.stderr, "pooltop demo (headless) %s; Ctrl-C stops it\n", on)
 		return runHeadless(ctx, g, col, &o.watch)
 	}
-	return tui.Run(ctx, tui.Options{Source: col, Knobs: wl, Mode: "demo", Server: server, Interval: o.watch.interval, Color: useColor()})
+	st := &stage{db: d.pool, eng: d.eng, wl: wl, col: col}
+	if o.poolSizeSet {
+		st.size = o.poolSize
+	}
+	return tui.Run(ctx, tui.Options{Source: col, Knobs: st, Mode: "demo", Server: server, Interval: o.watch.interval,
+		Color: useColor(), Scenario: sc.Name})
 }

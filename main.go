@@ -100,6 +100,7 @@ psql.
 		SilenceErrors:     true,
 		Args:              cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			demo.poolSizeSet = cmd.Flags().Changed("pool-size")
 			return runDemo(cmd.Context(), g, demo)
 		},
 	}

@@ -26,7 +26,8 @@ import (
 func BenchmarkHourOfPolls(b *testing.B) {
 	ctx := context.Background()
 	schema := pgtest.MigratedSchema(b)
-	eng := engine.New(pgtest.Pool(b, schema, pgtest.Options{MaxConns: 4}))
+	pool := pgtest.Pool(b, schema, pgtest.Options{MaxConns: 4})
+	eng := engine.New(pool)
 	if _, err := eng.Seed(ctx, 50_000); err != nil {
 		b.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func BenchmarkHourOfPolls(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer col.Close()
-	var m tea.Model = tui.New(tui.Options{Source: col, Knobs: wl, Mode: "demo"})
+	var m tea.Model = tui.New(tui.Options{Source: col, Knobs: &stage{db: pool, eng: eng, wl: wl, col: col}, Mode: "demo"})
 	m, _ = m.Update(tea.WindowSizeMsg{Width: 200, Height: 60})
 	poll := m.Init()
 	for i := 0; i < b.N; i++ {

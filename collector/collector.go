@@ -40,6 +40,11 @@ type AlertConfig struct {
 	ExpiredAfter    time.Duration // a lease expired longer ago than this is still PENDING (one reaper interval)
 	DeadRatio       float64       // dead / (live + dead) tuples above this
 	Connections     float64       // connections above this fraction of max_connections
+	// Hold is how long a raised alert's figure must stay calm (under a
+	// lower threshold: half the lock wait, three quarters of the dead
+	// ratio, a third more time to depletion, 10 points of connections)
+	// before the alert clears (10 s).
+	Hold time.Duration
 }
 
 // Config configures a Collector. Zero fields take defaults.
@@ -94,6 +99,9 @@ func (c *Config) defaults() error {
 	}
 	if a.Connections == 0 {
 		a.Connections = 0.9
+	}
+	if a.Hold == 0 {
+		a.Hold = 10 * time.Second
 	}
 	switch {
 	case c.StuckAfter < 0 || c.History < 1 || c.CountBudget < 0:
@@ -155,12 +163,19 @@ type Collector struct {
 
 	mu     sync.Mutex // guards what follows
 	series map[string]*Ring
-	events *eventRing
-	prev   *raw
-	burn   float64 // smoothed
+	events *eventLog
+	// gen counts the resets: a poll begun before the last one is not recorded.
+	gen int
+	// rebuilt: the pool was made anew, the counts kept between polls are void.
+	rebuilt bool
+	// suspended: the pool is being rebuilt; polls are not recorded.
+	suspended bool
+	prev    *raw
+	burn    float64 // smoothed
 	// burnSamples counts the burn samples so far, for the warm-up.
 	burnSamples int
-	alerts      map[string]*Alert
+	alerts      map[string]*alertState
+	empty       bool // the pool was empty at the last poll
 }
 
 // New connects with its own small read-only pool and resolves the table.
@@ -214,7 +229,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		pool.Close()
 		return nil, engine.ConnectError(pcfg.ConnConfig, err)
 	}
-	c := &Collector{cfg: cfg, pool: pool, series: map[string]*Ring{}, events: newEventRing(200), alerts: map[string]*Alert{}}
+	c := &Collector{cfg: cfg, pool: pool, series: map[string]*Ring{}, events: newEventLog(200), alerts: map[string]*alertState{}}
 	for _, s := range allSeries {
 		c.series[s] = NewRing(cfg.History)
 	}
@@ -408,6 +423,7 @@ type raw struct {
 	acquired, committed int64
 	fenced, double      int64
 	crashes, reclaimed  int64
+	conflicts           int64
 	haveWorkload        bool
 }
 
@@ -418,6 +434,7 @@ type raw struct {
 // error and polls again.
 func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	start := time.Now()
+	gen := c.startPoll()
 	s := Snapshot{Time: start, Waiters: []Waiter{}, Blockers: []Blocker{}, Alerts: []Alert{}, Pool: Pool{Estimated: []string{}}}
 	if !c.t.monitor {
 		s.Limits = append(s.Limits, "no pg_monitor: lock waits, queries and xmin of other roles' sessions are hidden")
@@ -491,7 +508,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		ws := c.cfg.Workload.Snapshot()
 		s.Workload = &ws
 	}
-	c.record(&s)
+	c.record(&s, gen)
 	return s, nil
 }
 

@@ -4,32 +4,61 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/pooltop-dev/pooltop/internal/termtext"
 )
 
-// eventRing keeps the newest events.
-type eventRing struct {
-	buf  []Event
-	next int
-	full bool
+// eventLog keeps the newest events for the dashboard. A count event (the
+// reaper's reclaims, the fence's rejections…) of the same kind as one logged
+// less than mergeWindow ago is folded into it and moves it to the end, so
+// that a reaper reclaiming every second fills one line, not the whole panel.
+type eventLog struct {
+	buf []Event
+	max int
 }
 
-func newEventRing(n int) *eventRing { return &eventRing{buf: make([]Event, n)} }
+// mergeWindow is how long a count event keeps absorbing later ones.
+const mergeWindow = 10 * time.Second
 
-func (r *eventRing) add(e Event) {
-	r.buf[r.next] = e
-	r.next = (r.next + 1) % len(r.buf)
-	if r.next == 0 {
-		r.full = true
+// counted are the kinds whose text is made from a count, and the text.
+var counted = map[EventKind]string{
+	EventReclaimed: "reaper reclaimed %s expired leases",
+	EventFenced:    "%s zombie commits rejected by the fence",
+	EventDouble:    "%s DOUBLE FINALIZATIONS: effects committed twice (fencing off)",
+	EventCrash:     "%s workers crashed holding their leases",
+}
+
+func newEventLog(n int) *eventLog { return &eventLog{max: n} }
+
+// countEvent makes the event of a count, with its text.
+func countEvent(at time.Time, kind EventKind, n int64) Event {
+	return Event{Time: at, Since: at, Kind: kind, Count: n, Text: fmt.Sprintf(counted[kind], termtext.Count(n))}
+}
+
+func (l *eventLog) add(e Event) {
+	if _, ok := counted[e.Kind]; ok {
+		for i := len(l.buf) - 1; i >= 0 && i >= len(l.buf)-8; i-- {
+			o := l.buf[i]
+			if o.Kind != e.Kind || e.Time.Sub(o.Since) >= mergeWindow {
+				continue
+			}
+			merged := countEvent(e.Time, e.Kind, o.Count+e.Count)
+			merged.Since = o.Since
+			if d := e.Time.Sub(o.Since).Round(time.Second); d > 0 {
+				merged.Text += " in " + d.String()
+			}
+			l.buf = append(l.buf[:i], l.buf[i+1:]...)
+			e = merged
+			break
+		}
+	}
+	l.buf = append(l.buf, e)
+	if len(l.buf) > l.max {
+		l.buf = append(l.buf[:0], l.buf[len(l.buf)-l.max:]...)
 	}
 }
 
-func (r *eventRing) all() []Event {
-	var out []Event
-	if r.full {
-		out = append(out, r.buf[r.next:]...)
-	}
-	return append(out, r.buf[:r.next]...)
-}
+func (l *eventLog) all() []Event { return append([]Event(nil), l.buf...) }
 
 // burnTau is the time constant of the burn-rate smoothing.
 const burnTau = 15 * time.Second
@@ -37,20 +66,24 @@ const burnTau = 15 * time.Second
 // record computes rates from the previous poll (using the measured elapsed
 // time; a counter that went down was reset and gives no rate), appends the
 // series, evaluates the alerts and derives events.
-func (c *Collector) record(s *Snapshot) {
+func (c *Collector) record(s *Snapshot, gen int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if gen != c.gen || c.suspended {
+		return // begun before a reset, or while the pool is being rebuilt
+	}
 	cur := &raw{at: s.Time, consumed: s.Pool.Consumed}
 	if w := s.Workload; w != nil {
 		cur.haveWorkload = true
 		cur.acquired, cur.committed, cur.fenced, cur.double = w.Acquired, w.Committed, w.FencedRejections, w.DoubleFinalizations
-		cur.crashes, cur.reclaimed = w.Crashes, w.Reclaimed
+		cur.crashes, cur.reclaimed, cur.conflicts = w.Crashes, w.Reclaimed, w.Conflicts
 	}
 	var events []Event
 	ev := func(kind, format string, args ...any) {
 		e := Event{Time: s.Time, Kind: kind, Text: fmt.Sprintf(format, args...)}
 		events = append(events, e)
 	}
+	count := func(kind EventKind, n int64) { events = append(events, countEvent(s.Time, kind, n)) }
 	if p := c.prev; p != nil {
 		dt := cur.at.Sub(p.at).Seconds()
 		if dt > 0 {
@@ -79,20 +112,25 @@ func (c *Collector) record(s *Snapshot) {
 				if r, ok := rate(cur.committed, p.committed); ok {
 					s.CommitsPerS = &r
 				}
-				if r, ok := rate(cur.fenced, p.fenced); ok {
-					c.series[SeriesFenced].Add(Point{s.Time, r})
+				for _, r := range []struct {
+					series    string
+					now, then int64
+				}{{SeriesFenced, cur.fenced, p.fenced}, {SeriesDoublePerS, cur.double, p.double}, {SeriesConflictsPerS, cur.conflicts, p.conflicts}} {
+					if v, ok := rate(r.now, r.then); ok {
+						c.series[r.series].Add(Point{s.Time, v})
+					}
 				}
 				if d := cur.reclaimed - p.reclaimed; d > 0 {
-					ev(EventReclaimed, "reaper reclaimed %d expired leases", d)
+					count(EventReclaimed, d)
 				}
 				if d := cur.fenced - p.fenced; d > 0 {
-					ev(EventFenced, "%d zombie commits rejected by the fence", d)
+					count(EventFenced, d)
 				}
 				if d := cur.double - p.double; d > 0 {
-					ev(EventDouble, "%d DOUBLE FINALIZATIONS: effects committed twice (fencing off)", d)
+					count(EventDouble, d)
 				}
 				if d := cur.crashes - p.crashes; d > 0 {
-					ev(EventCrash, "%d workers crashed holding their leases", d)
+					count(EventCrash, d)
 				}
 			}
 		}
@@ -100,9 +138,14 @@ func (c *Collector) record(s *Snapshot) {
 		c.burn, c.burnSamples = 0, 0
 	}
 	c.prev = cur
-	if s.Pool.Unused == 0 && s.Pool.Total > 0 {
+	empty := s.Pool.Unused == 0 && s.Pool.Total > 0
+	if empty {
 		c.burn = 0 // nothing left to burn: the rate before the pool ran out is history
 	}
+	if empty && !c.empty {
+		ev(EventEmpty, "the pool is empty: no UNUSED id is left to claim")
+	}
+	c.empty = empty
 	s.BurnPerS = c.burn
 	if c.burn > 0.01 && s.Pool.Unused > 0 {
 		eta := float64(s.Pool.Unused) / c.burn
@@ -131,7 +174,7 @@ func (c *Collector) record(s *Snapshot) {
 		add(SeriesCommits, *s.CommitsPerS)
 	}
 	if w := s.Workload; w != nil {
-		add(SeriesAcquireP99, w.AcquireLatency.P99)
+		add(SeriesAcquireP99, w.RecentAcquireLatency.P99)
 		add(SeriesDouble, float64(w.DoubleFinalizations))
 		add(SeriesLeaked, float64(w.Leaked))
 	}
@@ -143,42 +186,110 @@ func (c *Collector) record(s *Snapshot) {
 	s.Events = events
 }
 
-// evaluate updates every alert rule and reports transitions as events.
+// evaluate updates every alert rule and reports transitions as events. A
+// rule is raised as soon as its condition holds and cleared only once its
+// figure has stayed on the calm side of a lower threshold for Alerts.Hold,
+// so that a figure hovering at the threshold does not raise and clear it at
+// every poll.
 func (c *Collector) evaluate(s *Snapshot, ev func(kind, format string, args ...any)) {
 	a := c.cfg.Alerts
-	rule := func(name string, active bool, format string, args ...any) {
+	rule := func(name string, raise, calm bool, format string, args ...any) {
 		st, ok := c.alerts[name]
 		if !ok {
-			st = &Alert{Name: name}
+			st = &alertState{Alert: Alert{Name: name}}
 			c.alerts[name] = st
 		}
 		msg := fmt.Sprintf(format, args...)
 		switch {
-		case active && !st.Active:
-			st.Active, st.Since = true, s.Time
+		case raise && !st.Active:
+			st.Active, st.Since, st.calmSince = true, s.Time, time.Time{}
 			ev(EventAlert, "ALERT %s: %s", name, msg)
-		case !active && st.Active:
+		case st.Active && !calm:
+			st.calmSince = time.Time{}
+		case st.Active && st.calmSince.IsZero():
+			st.calmSince = s.Time
+		case st.Active && s.Time.Sub(st.calmSince) >= a.Hold:
 			st.Active = false
 			ev(EventCleared, "cleared %s after %s", name, s.Time.Sub(st.Since).Round(time.Second))
-			st.Since = time.Time{}
+			st.Since, st.calmSince = time.Time{}, time.Time{}
 		}
 		st.Message = msg
-		s.Alerts = append(s.Alerts, *st)
+		s.Alerts = append(s.Alerts, st.Alert)
 	}
-	rule(AlertLockWait, s.LockWaitMaxMS > float64(a.LockWait.Milliseconds()),
+	wait := float64(a.LockWait.Milliseconds())
+	rule(AlertLockWait, s.LockWaitMaxMS > wait, s.LockWaitMaxMS <= wait/2,
 		"longest lock wait %.0f ms (threshold %v)", s.LockWaitMaxMS, a.LockWait)
-	draining := s.DepletionETAS != nil && *s.DepletionETAS < a.DepletionWithin.Seconds()
-	if empty := s.Pool.Unused == 0 && s.Pool.Total > 0; empty {
-		rule(AlertDepletion, true, "the pool is empty: every id is PENDING or CONSUMED; refill it, or free the ids leaked or expired")
+	within := a.DepletionWithin.Seconds()
+	empty := s.Pool.Unused == 0 && s.Pool.Total > 0
+	draining := s.DepletionETAS != nil && *s.DepletionETAS < within
+	calmETA := !empty && (s.DepletionETAS == nil || *s.DepletionETAS > within*4/3)
+	if empty {
+		rule(AlertDepletion, true, false, "the pool is empty: every id is PENDING or CONSUMED; refill it, or free the ids leaked or expired")
 	} else {
-		rule(AlertDepletion, draining, "UNUSED %d lasts %s at %.0f/s (threshold %v)", s.Pool.Unused, etaText(s.DepletionETAS), s.BurnPerS, a.DepletionWithin)
+		rule(AlertDepletion, draining, calmETA, "UNUSED %d lasts %s at %.0f/s (threshold %v)", s.Pool.Unused, etaText(s.DepletionETAS), s.BurnPerS, a.DepletionWithin)
 	}
-	rule(AlertReaperLag, s.Pool.ExpiredOld > 0,
+	rule(AlertReaperLag, s.Pool.ExpiredOld > 0, s.Pool.ExpiredOld == 0,
 		"%d leases expired more than %v ago are still PENDING", s.Pool.ExpiredOld, a.ExpiredAfter)
-	rule(AlertDeadTuples, s.DeadRatio > a.DeadRatio,
+	rule(AlertDeadTuples, s.DeadRatio > a.DeadRatio, s.DeadRatio <= a.DeadRatio*3/4,
 		"dead tuples %.0f%% of the table (threshold %.0f%%)", 100*s.DeadRatio, 100*a.DeadRatio)
-	conn := s.MaxConnections > 0 && float64(s.Connections) > a.Connections*float64(s.MaxConnections)
-	rule(AlertConnections, conn, "%d of %d connections in use (threshold %.0f%%)", s.Connections, s.MaxConnections, 100*a.Connections)
+	used := float64(s.Connections) / math.Max(float64(s.MaxConnections), 1)
+	conn := s.MaxConnections > 0 && used > a.Connections
+	rule(AlertConnections, conn, used <= a.Connections-0.1, "%d of %d connections in use (threshold %.0f%%)", s.Connections, s.MaxConnections, 100*a.Connections)
+}
+
+// alertState is an alert rule's state between polls.
+type alertState struct {
+	Alert
+	calmSince time.Time // since when the figure has been calm, while active
+}
+
+// startPoll begins a poll: it drops the counts kept between polls if the
+// pool was made anew, and returns the reset generation the poll belongs to.
+func (c *Collector) startPoll() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rebuilt {
+		c.unused = unusedCounter{reanchor: c.unused.reanchor}
+		c.pending = pendingCounter{}
+		c.census = census{byTID: c.census.byTID}
+		c.rebuilt = false
+	}
+	return c.gen
+}
+
+// Reset starts the history again: series, alerts and rates from zero (the
+// dashboard's reset key, and a demo scenario's start). rebuilt says the pool
+// itself was made anew, so the counts kept between polls are dropped too.
+// A poll under way when Reset is called is not recorded.
+func (c *Collector) Reset(rebuilt bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	c.suspended = false
+	c.rebuilt = c.rebuilt || rebuilt
+	for name := range c.series {
+		c.series[name] = NewRing(c.cfg.History)
+	}
+	c.prev, c.burn, c.burnSamples, c.empty = nil, 0, 0, false
+	c.alerts = map[string]*alertState{}
+}
+
+// Suspend stops recording polls until the next Reset: the demo calls it
+// before it empties the pool to make a fresh one, so that the empty pool of
+// the moment raises no alert and leaves no event.
+func (c *Collector) Suspend() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	c.suspended = true
+}
+
+// Note logs an event that happened outside the database: a knob turned,
+// a scenario started, the counters reset.
+func (c *Collector) Note(kind EventKind, text string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events.add(Event{Time: time.Now(), Kind: kind, Text: text})
 }
 
 func etaText(eta *float64) string {

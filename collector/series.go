@@ -59,26 +59,28 @@ func (r *Ring) Last() (Point, bool) {
 
 // Series names, the keys of Collector.Series.
 const (
-	SeriesUnused       = "unused"
-	SeriesPending      = "pending"
-	SeriesExpired      = "expired"
-	SeriesConsumed     = "consumed"
-	SeriesLockWaiters  = "lock_waiters"
-	SeriesLockWaitMax  = "lock_wait_max_ms"
-	SeriesDeadTuples   = "dead_tuples"
-	SeriesDeadRatio    = "dead_ratio"
-	SeriesBurn         = "burn_per_s"
-	SeriesETA          = "depletion_eta_s"
-	SeriesAcquires     = "acquires_per_s"
-	SeriesCommits      = "commits_per_s"
-	SeriesAcquireP99   = "acquire_p99_ms"
-	SeriesFenced       = "fenced_per_s"
-	SeriesDouble       = "double_finalizations"
-	SeriesLeaked       = "leaked"
-	SeriesPollMS       = "poll_ms"
-	SeriesConsumedPerS = "consumed_per_s"
+	SeriesUnused        = "unused"
+	SeriesPending       = "pending"
+	SeriesExpired       = "expired"
+	SeriesConsumed      = "consumed"
+	SeriesLockWaiters   = "lock_waiters"
+	SeriesLockWaitMax   = "lock_wait_max_ms"
+	SeriesDeadTuples    = "dead_tuples"
+	SeriesDeadRatio     = "dead_ratio"
+	SeriesBurn          = "burn_per_s"
+	SeriesETA           = "depletion_eta_s"
+	SeriesAcquires      = "acquires_per_s"
+	SeriesCommits       = "commits_per_s"
+	SeriesAcquireP99    = "acquire_p99_ms"
+	SeriesFenced        = "fenced_per_s"
+	SeriesDouble        = "double_finalizations"
+	SeriesLeaked        = "leaked"
+	SeriesPollMS        = "poll_ms"
+	SeriesConsumedPerS  = "consumed_per_s"
+	SeriesDoublePerS    = "double_finalizations_per_s"
+	SeriesConflictsPerS = "conflicts_per_s"
 )
 
 var allSeries = []string{SeriesUnused, SeriesPending, SeriesExpired, SeriesConsumed, SeriesLockWaiters, SeriesLockWaitMax,
 	SeriesDeadTuples, SeriesDeadRatio, SeriesBurn, SeriesETA, SeriesAcquires, SeriesCommits, SeriesAcquireP99,
-	SeriesFenced, SeriesDouble, SeriesLeaked, SeriesPollMS, SeriesConsumedPerS}
+	SeriesFenced, SeriesDouble, SeriesLeaked, SeriesPollMS, SeriesConsumedPerS, SeriesDoublePerS, SeriesConflictsPerS}

@@ -95,8 +95,13 @@ type Alert struct {
 // Event is a line of the dashboard's event log.
 type Event struct {
 	Time time.Time `json:"time"`
-	Kind string    `json:"kind"` // reclaimed, fenced, double, crash, alert, cleared, error
+	Kind string    `json:"kind"` // see the EventKind constants
 	Text string    `json:"text"`
+	// Count is how many things a count event reports (reclaimed leases,
+	// rejected commits…); on the dashboard's log, events of the same kind
+	// within ten seconds are merged and Since is when the first one was.
+	Count int64     `json:"count,omitempty"`
+	Since time.Time `json:"-"`
 }
 
 // Snapshot is one poll. The JSON names of its top-level fields are a

@@ -127,17 +127,17 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 	}
 	q := &unusedQuery{floor: math.MinInt64, tail: -1}
 	// The lookahead: the chunks the head may enter before the next poll,
-	// when one of them was never counted (the change in UNUSED is computed
-	// from each chunk's previous count). The sweep: chunks [lo, hi), running
-	// down from the top to the head, then again from the top, so that the
-	// whole range is counted however fast the head moves.
+	// counted now (ahead of the head as this poll finds it), so that the
+	// next poll knows their previous counts: the change in UNUSED is
+	// computed from each chunk's previous count, and a chunk the head
+	// crossed without a count of it would hide the ids taken from it (a
+	// fast head under a producer that keeps up would read as a pool that
+	// grows). Twice the chunks the head moved last time, and one more.
+	// The sweep: chunks [lo, hi), running down from the top to the head,
+	// then again from the top, so that the whole range is counted however
+	// fast the head moves.
 	if u.width > 0 && u.top > u.head {
-		for k := u.head + 1; k <= min(u.head+u.moved+1, u.top); k++ {
-			if _, ok := u.counts[k]; !ok {
-				q.look = min(u.moved+1, maxSweep) // a head that jumps far is not followed in one poll
-				break
-			}
-		}
+		q.look = min(2*u.moved+1, maxSweep)
 		if u.cursor <= u.head || u.cursor > u.top {
 			u.cursor = u.top
 		}

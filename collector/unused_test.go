@@ -76,10 +76,11 @@ func TestUnusedCounterOnAModelPool(t *testing.T) {
 	var u unusedCounter
 	u.width, u.head, u.top = minChunk, 0, m.top/minChunk
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	budget := time.Millisecond
 	poll := func() unusedFigures {
 		q := u.plan(now)
 		m.answer(q, u.width)
-		f := u.absorb(q, now, time.Millisecond, 0)
+		f := u.absorb(q, now, budget, 0)
 		u.lowerFloor(nil, true, false)
 		now = now.Add(time.Second)
 		return f
@@ -118,6 +119,33 @@ func TestUnusedCounterOnAModelPool(t *testing.T) {
 	if sum != m.truth()-before {
 		t.Fatalf("the deltas add up to %d, the pool changed by %d", sum, m.truth()-before)
 	}
+	// A head faster than a chunk a poll, under a producer that keeps up:
+	// every poll's change is the true one, so the burn reads about zero and
+	// not a pool that grows (the chunks the head crosses between two polls
+	// must have been counted before), also while the first sweep, which
+	// starts at the top, has not reached the head yet.
+	// On a busy server the sweep slows to a chunk a poll.
+	u = unusedCounter{}
+	u.width, u.top = minChunk, m.top/minChunk
+	u.head = next / minChunk
+	budget = time.Microsecond
+	for step := 0; step < 60; step++ {
+		was := m.truth()
+		for n := 0; next <= m.top && n < 2500; next++ {
+			if m.unused[next] {
+				m.unused[next], n = false, n+1
+			}
+		}
+		for i := 0; i < 2500+step%7; i++ {
+			m.top++
+			m.unused[m.top] = true
+		}
+		f := poll()
+		if step > 1 && f.delta != m.truth()-was {
+			t.Fatalf("fast head, step %d: delta %d, true change %d", step, f.delta, m.truth()-was)
+		}
+	}
+	budget = time.Millisecond
 	// Ids returned to the pool far above the head: found by the sweep.
 	for id := m.top - 5000; id < m.top-4000; id++ {
 		m.unused[id] = true

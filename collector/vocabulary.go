@@ -24,4 +24,8 @@ const (
 	EventCrash     EventKind = "crash"     // simulated workers died holding leases
 	EventAlert     EventKind = "alert"     // an alert was raised
 	EventCleared   EventKind = "cleared"   // an alert cleared
+	EventEmpty     EventKind = "empty"     // the pool ran out of UNUSED ids
+	EventKnob      EventKind = "knob"      // a demo knob was turned
+	EventScenario  EventKind = "scenario"  // a demo scenario started on a fresh pool
+	EventReset     EventKind = "reset"     // counters, charts and alerts were reset
 )

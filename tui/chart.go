@@ -22,9 +22,61 @@ type chartSet struct {
 
 // chartSpec is one panel of the chart grid.
 type chartSpec struct {
-	title string // with the current figures
-	sets  []chartSet
-	alarm bool // drawn with the alert style in its title
+	fields []field // the title: the current figures
+	sets   []chartSet
+	alarm  bool // drawn with the alert style in its title
+}
+
+// field is one figure of a chart's title: its value, then its label in a
+// long and a short form. line, when not negative, is the index of the chart
+// line the figure belongs to: a mark in that line's colour stands before it
+// as its legend.
+type field struct {
+	value, long, short string
+	line               int
+}
+
+// fig is a field with no line of its own.
+func fig(value, long, short string) field { return field{value, long, short, -1} }
+
+// fitTitle writes the fields in width cells: numbers first, then their
+// labels; when the long labels do not fit, the short ones, then none, so
+// that a figure is never cut while a label could give way.
+func fitTitle(st Styles, spec chartSpec, width int) string {
+	style := st.Title
+	if spec.alarm {
+		style = st.Alert
+	}
+	render := func(label func(field) string) (string, int) {
+		var parts []string
+		plain := 0
+		for _, f := range spec.fields {
+			text := f.value
+			if l := label(f); l != "" {
+				text += " " + l
+			}
+			mark := ""
+			if f.line >= 0 && f.line < len(spec.sets) && len(spec.sets) > 1 {
+				mark = spec.sets[f.line].style.Render("━") + " "
+				plain += 2
+			}
+			plain += lipgloss.Width(text)
+			parts = append(parts, mark+style.Render(text))
+		}
+		plain += 2 * max(len(parts)-1, 0)
+		return strings.Join(parts, "  "), plain
+	}
+	for _, label := range []func(field) string{
+		func(f field) string { return f.long },
+		func(f field) string { return f.short },
+		func(field) string { return "" },
+	} {
+		if t, w := render(label); w <= width {
+			return t
+		}
+	}
+	t, _ := render(func(field) string { return "" })
+	return truncate(t, width)
 }
 
 // yLabelWidth keeps stacked charts aligned: every Y label has this width.
@@ -35,11 +87,7 @@ const yLabelWidth = 5
 // now. The data is ours (bounded rings); the chart is rebuilt from it, so
 // ntcharts' own buffers never grow.
 func renderChart(st Styles, spec chartSpec, width, height int, now time.Time, window time.Duration) string {
-	title := st.Title
-	if spec.alarm {
-		title = st.Alert
-	}
-	head := pad(title.Render(truncate(spec.title, width)), width)
+	head := pad(fitTitle(st, spec, width), width)
 	if height < 2 {
 		return head
 	}
@@ -55,13 +103,26 @@ func renderChart(st Styles, spec chartSpec, width, height int, now time.Time, wi
 	}
 	maxY = niceMax(maxY)
 	xSteps := 0
-	if ch >= 6 && width >= 40 {
+	if ch >= 8 && width >= 40 {
 		xSteps = 4
 	}
+	// Two Y labels: 0 on the bottom row and the top of the scale on the top
+	// row, where a value at the top is drawn. (ntcharts' own labels are
+	// placed a row's share below the value they name.)
+	plotRows := ch
+	if xSteps > 0 {
+		plotRows -= 2
+	}
+	yStep := max(plotRows-1, 1)
 	lc := tslc.New(width, ch,
-		tslc.WithXYSteps(xSteps, 2),
+		tslc.WithXYSteps(xSteps, yStep),
 		tslc.WithXLabelFormatter(func(_ int, v float64) string { return time.Unix(int64(v), 0).Format("15:04:05") }),
-		tslc.WithYLabelFormatter(func(_ int, v float64) string { return fmt.Sprintf("%*s", yLabelWidth, formatFloat(v)) }),
+		tslc.WithYLabelFormatter(func(i int, _ float64) string {
+			if i == 0 {
+				return fmt.Sprintf("%*s", yLabelWidth, "0")
+			}
+			return fmt.Sprintf("%*s", yLabelWidth, formatFloat(maxY))
+		}),
 		tslc.WithAxesStyles(st.Dim, st.Dim),
 	)
 	lc.SetTimeRange(from, now)

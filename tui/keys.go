@@ -4,7 +4,7 @@ import "github.com/charmbracelet/bubbles/key"
 
 // keyMap is every key the dashboard answers to; the help bubble lists them.
 type keyMap struct {
-	Quit, Help, Pause, Faster, Slower, Reset                        key.Binding
+	Quit, Help, Pause, Faster, Slower, Reset, Fresh                 key.Binding
 	WorkersDown, WorkersUp, Lease, Fencing, Renew, Reaper, Strategy key.Binding
 	CrashDown, CrashUp, PauseDown, PauseUp, TTLDown, TTLUp          key.Binding
 	BatchDown, BatchUp, TaskDown, TaskUp, RefillDown, RefillUp      key.Binding
@@ -22,7 +22,8 @@ func newKeyMap(demo bool) keyMap {
 		Pause:       b([]string{" "}, "space", "pause display"),
 		Slower:      b([]string{"<", ","}, "<", "poll slower"),
 		Faster:      b([]string{">", "."}, ">", "poll faster"),
-		Reset:       b([]string{"r"}, "r", "reset counters"),
+		Reset:       b([]string{"r"}, "r", "reset counters, charts, alerts"),
+		Fresh:       b([]string{"R"}, "R", "fresh pool"),
 		WorkersDown: b([]string{"w"}, "w/W", "workers −/+"),
 		WorkersUp:   b([]string{"W"}, "W", "workers +"),
 		Lease:       b([]string{"l"}, "l", "lease on/off"),
@@ -49,7 +50,7 @@ func newKeyMap(demo bool) keyMap {
 	}
 	for _, k := range []*key.Binding{&km.WorkersDown, &km.WorkersUp, &km.Lease, &km.Fencing, &km.Renew, &km.Reaper, &km.Strategy,
 		&km.CrashDown, &km.CrashUp, &km.PauseDown, &km.PauseUp, &km.TTLDown, &km.TTLUp, &km.BatchDown, &km.BatchUp,
-		&km.TaskDown, &km.TaskUp, &km.RefillDown, &km.RefillUp, &km.RateDown, &km.RateUp, &km.Preset, &km.Reset} {
+		&km.TaskDown, &km.TaskUp, &km.RefillDown, &km.RefillUp, &km.RateDown, &km.RateUp, &km.Preset, &km.Reset, &km.Fresh} {
 		k.SetEnabled(demo)
 	}
 	return km
@@ -65,7 +66,7 @@ func (k keyMap) ShortHelp() []key.Binding {
 
 // FullHelp is the table shown by '?'.
 func (k keyMap) FullHelp() [][]key.Binding {
-	cols := [][]key.Binding{{k.Quit, k.Help, k.Pause, k.Slower, k.Faster, k.Reset}}
+	cols := [][]key.Binding{{k.Quit, k.Help, k.Pause, k.Slower, k.Faster, k.Reset, k.Fresh}}
 	if k.demo {
 		cols = append(cols,
 			[]key.Binding{k.Preset, k.Lease, k.Fencing, k.Renew, k.Reaper, k.Strategy},

@@ -17,6 +17,8 @@ var (
 	taskSteps     = []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second}
 	faultSteps    = []float64{0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5}
 	refillSteps   = []float64{0, 10, 50, 100, 200, 500, 1000, 5000}
+	// refillLevels are the producer's settings the e/E keys step through:
+	// off, keeping up with consumption, then fixed rates.
 	intervalSteps = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
 )
 
@@ -59,7 +61,12 @@ func knobRows(c workload.Config) []knobRow {
 		rate = formatFloat(c.Rate) + "/s"
 	}
 	refill := "off"
-	if c.Refill > 0 {
+	switch {
+	case c.KeepUp && c.Refill > 0:
+		refill = "keep up+" + formatFloat(c.Refill)
+	case c.KeepUp:
+		refill = "keeps up"
+	case c.Refill > 0:
 		refill = formatFloat(c.Refill) + "/s"
 	}
 	return []knobRow{
@@ -77,4 +84,32 @@ func knobRows(c workload.Config) []knobRow {
 		{"a A", "rate", rate},
 		{"e E", "refill", refill},
 	}
+}
+
+// refillLevel is one setting of the producer.
+type refillLevel struct {
+	keepUp bool
+	rate   float64
+}
+
+func refillLevels() []refillLevel {
+	levels := []refillLevel{{false, 0}, {true, 0}}
+	for _, r := range refillSteps[1:] {
+		levels = append(levels, refillLevel{false, r})
+	}
+	return levels
+}
+
+// stepRefill moves the producer one level up or down.
+func stepRefill(c workload.Config, dir int) workload.Config {
+	levels := refillLevels()
+	cur := 0
+	for i, l := range levels {
+		if l.keepUp == c.KeepUp && l.rate <= c.Refill {
+			cur = i
+		}
+	}
+	next := levels[min(max(cur+dir, 0), len(levels)-1)]
+	c.KeepUp, c.Refill = next.keepUp, next.rate
+	return c
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/charmbracelet/bubbles/help"
@@ -27,11 +28,17 @@ type Source interface {
 	Info() collector.Info
 }
 
-// Knobs is the workload as the dashboard sees it (nil in watch mode).
+// Knobs is the demo as the dashboard sees it (nil in watch mode): the
+// workload's knobs, and the scenarios.
 type Knobs interface {
 	Config() workload.Config
 	SetConfig(workload.Config) error
+	// Reset starts counters, charts and alerts again from zero.
 	Reset()
+	// Play starts scenario i of workload.Scenarios on a fresh pool.
+	Play(i int) error
+	// Fresh makes a fresh pool for the knobs in force.
+	Fresh() error
 }
 
 // Options configure the dashboard.
@@ -44,6 +51,9 @@ type Options struct {
 	Server   string
 	Interval time.Duration
 	Color    bool
+	// Scenario names the preset of workload.Scenarios the demo started
+	// with; "" for knobs of the user's own.
+	Scenario string
 	// Now is the clock; tests pin it so the view is reproducible.
 	Now func() time.Time
 }
@@ -63,6 +73,12 @@ type (
 		err error
 	}
 	resetMsg struct{}
+	// playMsg: a scenario (i ≥ 0) or a fresh pool (i < 0) is ready.
+	playMsg struct {
+		i   int
+		cfg workload.Config
+		err error
+	}
 )
 
 // chartSeries are the series the charts draw, copied on each poll.
@@ -97,7 +113,13 @@ type Model struct {
 
 	cfg     workload.Config
 	knobErr string
-	preset  string
+	// scenario is the index of the scenario last started (-1: none);
+	// custom, that knobs were turned since. busy says what is being
+	// prepared (a fresh pool); action is what the last key did.
+	scenario int
+	custom   bool
+	busy     string
+	action   string
 
 	chartCache chartCache
 }
@@ -120,9 +142,18 @@ func New(o Options) Model {
 	m := Model{
 		opts: o, info: o.Source.Info(), keys: newKeyMap(o.Knobs != nil), help: help.New(),
 		styles: newStyles(o.Color), interval: o.Interval, started: o.Now(), series: map[string][]collector.Point{},
+		scenario: -1,
 	}
+	m.help.Styles.ShortKey, m.help.Styles.FullKey = m.styles.HelpKey, m.styles.HelpKey
+	m.help.Styles.ShortDesc, m.help.Styles.FullDesc = m.styles.HelpDesc, m.styles.HelpDesc
+	m.help.Styles.ShortSeparator, m.help.Styles.FullSeparator, m.help.Styles.Ellipsis = m.styles.HelpDesc, m.styles.HelpDesc, m.styles.HelpDesc
 	if o.Knobs != nil {
 		m.cfg = o.Knobs.Config()
+		for i, sc := range workload.Scenarios {
+			if sc.Name == o.Scenario {
+				m.scenario = i
+			}
+		}
 	}
 	return m
 }
@@ -187,6 +218,21 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		return m, nil
 	case resetMsg:
+		m.action = "counters, charts and alerts reset"
+		return m, nil
+	case playMsg:
+		m.busy = ""
+		if msg.err != nil {
+			m.knobErr = msg.err.Error()
+			return m, nil
+		}
+		m.cfg, m.knobErr = msg.cfg, ""
+		if msg.i >= 0 {
+			m.scenario, m.custom, m.action = msg.i, false, ""
+		} else {
+			m.action = "a fresh pool"
+		}
+		m.cacheCharts()
 		return m, nil
 	case tea.KeyMsg:
 		return m.key(msg)
@@ -250,25 +296,30 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	if m.opts.Knobs == nil {
 		return m, nil
 	}
-	if key.Matches(msg, k.Reset) {
-		knobs := m.opts.Knobs
-		return m, func() tea.Msg { knobs.Reset(); return resetMsg{} }
+	if m.busy != "" {
+		return m, nil // a fresh pool is being made: knobs wait for it
 	}
-	if key.Matches(msg, k.Preset) {
+	knobs := m.opts.Knobs
+	switch {
+	case key.Matches(msg, k.Reset):
+		return m, func() tea.Msg { knobs.Reset(); return resetMsg{} }
+	case key.Matches(msg, k.Fresh):
+		m.busy = "making a fresh pool…"
+		return m, func() tea.Msg { err := knobs.Fresh(); return playMsg{i: -1, cfg: knobs.Config(), err: err} }
+	case key.Matches(msg, k.Preset):
 		i := int(msg.Runes[0] - '1')
 		if i < 0 || i >= len(workload.Scenarios) {
 			return m, nil
 		}
-		sc := workload.Scenarios[i]
-		cfg := sc.Config(m.cfg.Seed)
-		m.preset = sc.Name
-		return m, setConfigCmd(m.opts.Knobs, cfg)
+		m.busy = fmt.Sprintf("starting %d %s on a fresh pool…", i+1, workload.Scenarios[i].Name)
+		return m, func() tea.Msg { err := knobs.Play(i); return playMsg{i: i, cfg: knobs.Config(), err: err} }
 	}
 	cfg, changed := m.turn(msg)
 	if !changed {
 		return m, nil
 	}
-	m.preset = ""
+	m.custom = true
+	m.action = strings.Join(cfg.Changes(m.cfg), ", ")
 	return m, setConfigCmd(m.opts.Knobs, cfg)
 }
 
@@ -314,9 +365,9 @@ func (m Model) turn(msg tea.KeyMsg) (workload.Config, bool) {
 	case key.Matches(msg, k.TaskUp):
 		c.Task = step(taskSteps, c.Task, 1)
 	case key.Matches(msg, k.RefillDown):
-		c.Refill = step(refillSteps, c.Refill, -1)
+		c = stepRefill(c, -1)
 	case key.Matches(msg, k.RefillUp):
-		c.Refill = step(refillSteps, c.Refill, 1)
+		c = stepRefill(c, 1)
 	case key.Matches(msg, k.RateDown):
 		c.Rate = step(rateSteps, c.Rate, -1)
 	case key.Matches(msg, k.RateUp):

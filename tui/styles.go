@@ -17,8 +17,25 @@ type Styles struct {
 	Header, Title, Value, Dim, Alert, OK, Warn, Border lipgloss.Style
 	Unused, Pending, Expired, Consumed                 lipgloss.Style
 	Line1, Line2                                       lipgloss.Style
+	Proof                                              lipgloss.Style // the banner's proof counter
+	HelpKey, HelpDesc                                  lipgloss.Style
 	color                                              bool
 }
+
+// The palette. Every foreground is readable on a black terminal (contrast
+// at least 4.5:1, as projectors wash dark greys out) and on a white one (at
+// least 3:1); the header and the alert are white on their own background.
+// TestPaletteContrast checks it.
+const (
+	colBlue   = "33"  // titles, PENDING, the first line of a chart
+	colGrey   = "244" // hints, axes, CONSUMED
+	colGreen  = "64"  // UNUSED, all is well
+	colOrange = "166" // warnings, the second line of a chart
+	colRed    = "196" // expired, leaked for good, double finalizations
+	colWhite  = "15"  // on the header and alert backgrounds
+	colNavy   = "24"  // header background
+	colAlert  = "160" // alert background
+)
 
 func newStyles(color bool) Styles {
 	s := Styles{color: color}
@@ -26,21 +43,18 @@ func newStyles(color bool) Styles {
 	s.Header, s.Title, s.Value, s.Dim, s.Alert, s.OK, s.Warn = base.Bold(true), base.Bold(true), base, base, base.Bold(true), base, base.Bold(true)
 	s.Border = base.Border(lipgloss.NormalBorder(), false, false, false, false)
 	s.Unused, s.Pending, s.Expired, s.Consumed, s.Line1, s.Line2 = base, base, base, base, base, base
+	s.Proof, s.HelpKey, s.HelpDesc = base.Bold(true), base.Bold(true), base
 	if !color {
 		return s
 	}
-	s.Header = s.Header.Foreground(lipgloss.Color("15")).Background(lipgloss.Color("24"))
-	s.Title = s.Title.Foreground(lipgloss.Color("81"))
-	s.Dim = s.Dim.Foreground(lipgloss.Color("245"))
-	s.Alert = s.Alert.Foreground(lipgloss.Color("15")).Background(lipgloss.Color("160"))
-	s.OK = s.OK.Foreground(lipgloss.Color("77"))
-	s.Warn = s.Warn.Foreground(lipgloss.Color("214"))
-	s.Unused = s.Unused.Foreground(lipgloss.Color("77"))
-	s.Pending = s.Pending.Foreground(lipgloss.Color("75"))
-	s.Expired = s.Expired.Foreground(lipgloss.Color("203"))
-	s.Consumed = s.Consumed.Foreground(lipgloss.Color("242"))
-	s.Line1 = s.Line1.Foreground(lipgloss.Color("81"))
-	s.Line2 = s.Line2.Foreground(lipgloss.Color("214"))
+	fg := func(st lipgloss.Style, c string) lipgloss.Style { return st.Foreground(lipgloss.Color(c)) }
+	s.Header = fg(s.Header, colWhite).Background(lipgloss.Color(colNavy))
+	s.Alert = fg(s.Alert, colWhite).Background(lipgloss.Color(colAlert))
+	s.Title, s.Pending, s.Line1, s.Proof = fg(s.Title, colBlue), fg(s.Pending, colBlue), fg(s.Line1, colBlue), fg(s.Proof, colBlue)
+	s.Dim, s.Consumed, s.HelpKey, s.HelpDesc = fg(s.Dim, colGrey), fg(s.Consumed, colGrey), fg(s.HelpKey, colGrey), fg(s.HelpDesc, colGrey)
+	s.OK, s.Unused = fg(s.OK, colGreen), fg(s.Unused, colGreen)
+	s.Warn, s.Line2 = fg(s.Warn, colOrange), fg(s.Line2, colOrange)
+	s.Expired = fg(s.Expired, colRed)
 	return s
 }
 
@@ -49,20 +63,7 @@ func newStyles(color bool) Styles {
 func sanitize(s string) string { return termtext.Escape(s) }
 
 // formatInt writes 1234567 as 1,234,567.
-func formatInt(n int64) string {
-	neg := n < 0
-	if neg {
-		n = -n
-	}
-	s := strconv.FormatInt(n, 10)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	if neg {
-		return "-" + s
-	}
-	return s
-}
+func formatInt(n int64) string { return termtext.Count(n) }
 
 // formatFloat writes a rate compactly: 0.5, 12, 3.4k, 1.2M.
 func formatFloat(v float64) string {

@@ -106,9 +106,10 @@ func canned(withWorkload bool) *fakeSource {
 
 // fakeKnobs records the configs the dashboard sets.
 type fakeKnobs struct {
-	mu     sync.Mutex
-	cfg    workload.Config
-	resets int
+	mu            sync.Mutex
+	cfg           workload.Config
+	resets, fresh int
+	played        []int
 }
 
 func (k *fakeKnobs) Config() workload.Config { k.mu.Lock(); defer k.mu.Unlock(); return k.cfg }
@@ -122,6 +123,14 @@ func (k *fakeKnobs) SetConfig(c workload.Config) error {
 	return nil
 }
 func (k *fakeKnobs) Reset() { k.mu.Lock(); k.resets++; k.mu.Unlock() }
+func (k *fakeKnobs) Play(i int) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.played = append(k.played, i)
+	k.cfg = workload.Scenarios[i].Config(k.cfg.Seed)
+	return nil
+}
+func (k *fakeKnobs) Fresh() error { k.mu.Lock(); k.fresh++; k.mu.Unlock(); return nil }
 
 func newTestModel(src Source, knobs Knobs, w, h int) Model {
 	o := Options{Source: src, Mode: "watch", Now: func() time.Time { return clock }}
@@ -259,15 +268,30 @@ func TestKnobKeysAndLimits(t *testing.T) {
 	if c := kn.Config(); c.PauseRate == 0 || c.PauseLength <= c.TTL {
 		t.Fatalf("pause %v × %v with ttl %v: a pause must outlast the lease", c.PauseRate, c.PauseLength, c.TTL)
 	}
+	if v := m.View(); !strings.Contains(v, "crash rate 20% → 50%") && !strings.Contains(v, "last: pause rate") {
+		t.Fatalf("the banner does not say what the last key did:\n%s", v)
+	}
 	press("4")
-	if c := kn.Config(); c.Fencing || c.PauseRate == 0 || m.preset != "pause-no-fencing" {
-		t.Fatalf("preset 4: %+v (%s)", c, m.preset)
+	if c := kn.Config(); c.Fencing || c.PauseRate == 0 || m.scenario != 3 || m.custom || len(kn.played) != 1 || kn.played[0] != 3 {
+		t.Fatalf("preset 4: %+v (scenario %d, custom %v, played %v)", c, m.scenario, m.custom, kn.played)
+	}
+	if v := m.View(); !strings.Contains(v, "▶ 4 pause-no-fencing") || !strings.Contains(v, "expect: zombies commit") {
+		t.Fatalf("no banner for preset 4:\n%s", v)
+	}
+	press("f")
+	if v := m.View(); !strings.Contains(v, "▶ 4 pause-no-fencing + knobs") || !strings.Contains(v, "fencing OFF → on") {
+		t.Fatalf("the banner does not show the knob turned after the preset:\n%s", v)
 	}
 	press("r")
-	if kn.resets != 1 {
-		t.Fatalf("r reset %d times", kn.resets)
+	if kn.resets != 1 || !strings.Contains(m.View(), "counters, charts and alerts reset") {
+		t.Fatalf("r reset %d times:\n%s", kn.resets, m.View())
 	}
-	if v := m.View(); !strings.Contains(v, "fencing  OFF") {
+	press("R")
+	if kn.fresh != 1 {
+		t.Fatalf("R made %d fresh pools", kn.fresh)
+	}
+	press("l")
+	if v := m.View(); !strings.Contains(v, "lease    OFF") {
 		t.Fatalf("the knobs panel does not show the change:\n%s", v)
 	}
 	// Watch mode has no knobs: the same keys do nothing.

@@ -8,6 +8,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 
 	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/workload"
 )
 
 // Smallest terminal the layout fits.
@@ -15,6 +16,11 @@ const (
 	minWidth  = 80
 	minHeight = 24
 	knobsW    = 30
+	// knobsNarrowW is the knobs panel below 100 columns, so that two
+	// charts still fit beside it.
+	knobsNarrowW = 25
+	// minPlotRows is the least height of a chart's plot, under its title.
+	minPlotRows = 4
 )
 
 // View renders the whole screen: every region has a fixed size, so frames
@@ -34,7 +40,8 @@ func (m Model) View() string {
 	status := m.viewStatus(w)
 	var knobs string
 	if m.opts.Knobs != nil {
-		knobs = m.viewKnobs(knobsW, l.midH)
+		knobs = m.viewKnobs(l.knobsW, l.midH)
+		bar += "\n" + m.viewBanner(w)
 	}
 	charts := m.chartCache.view
 	if m.chartCache.l != l {
@@ -48,25 +55,49 @@ func (m Model) View() string {
 
 // layout is the size of each region for the current terminal.
 type layout struct {
-	chartsW, midH, bottomH, helpH int
-	help                          string
-	interval                      time.Duration // the charts' window depends on it
+	chartsW, knobsW, midH, bottomH, helpH int
+	help                                  string
+	interval                              time.Duration // the charts' window depends on it
+	proof                                 workload.Proof
 }
 
 func (m Model) layout() layout {
-	l := layout{help: m.help.View(m.keys), interval: m.interval}
+	l := layout{help: m.help.View(m.keys), interval: m.interval, proof: m.proof()}
+	if m.showHelp && m.opts.Knobs != nil {
+		l.help += "\n" + m.styles.HelpDesc.Render(presetList(m.width))
+	}
 	l.helpH = lipgloss.Height(l.help)
+	banner := 0
+	if m.opts.Knobs != nil {
+		banner = 1
+		l.knobsW = knobsW
+		if m.width < 100 {
+			l.knobsW = knobsNarrowW
+		}
+	}
 	l.bottomH = min(max(m.height/4, 5), 14)
-	l.midH = m.height - 1 - 2 - l.bottomH - 1 - l.helpH
+	l.midH = m.height - 1 - 2 - banner - l.bottomH - 1 - l.helpH
 	if l.midH < 4 {
 		l.bottomH -= 4 - l.midH
 		l.midH = 4
 	}
-	l.chartsW = m.width
-	if m.opts.Knobs != nil {
-		l.chartsW -= knobsW
-	}
+	l.chartsW = m.width - l.knobsW
 	return l
+}
+
+// presetList names the scenarios behind the number keys, wrapped to width.
+func presetList(width int) string {
+	var lines []string
+	line := "scenarios:"
+	for i, sc := range workload.Scenarios {
+		item := fmt.Sprintf(" %d %s", i+1, sc.Name)
+		if lipgloss.Width(line+item) > width {
+			lines = append(lines, line)
+			line = "          "
+		}
+		line += item
+	}
+	return strings.Join(append(lines, line), "\n")
 }
 
 // chartCache holds the chart grid rendered for a layout: charts change only
@@ -185,95 +216,234 @@ func (m Model) viewPool(w int) string {
 	if est(s, "pending") != "" && p.PendingAgeS >= 5 {
 		pendingAge = " (" + shortDuration(p.PendingAgeS) + " old)"
 	}
-	nums := fmt.Sprintf("█ UNUSED %s%s · ▓ PENDING %s%s%s · ▒ expired %s · ░ CONSUMED %s%s · stuck %s%s · %s",
+	stuck := "stuck " + formatInt(p.Stuck)
+	long := fmt.Sprintf("█ UNUSED %s%s · ▓ PENDING %s%s%s · ▒ expired %s · ░ CONSUMED %s%s · %s%s · %s",
 		est(s, "unused"), formatInt(p.Unused), est(s, "pending"), formatInt(p.Pending), pendingAge, formatInt(p.Expired),
-		est(s, "consumed"), formatInt(p.Consumed), formatInt(p.Stuck), leaked, eta)
+		est(s, "consumed"), formatInt(p.Consumed), stuck, leaked, eta)
+	// Too wide: the glyphs stand for their names, so the figures stay whole.
+	short := fmt.Sprintf("█ %s%s ▓ %s%s%s ▒ %s ░ %s%s · %s%s · %s",
+		est(s, "unused"), formatInt(p.Unused), est(s, "pending"), formatInt(p.Pending), pendingAge, formatInt(p.Expired),
+		est(s, "consumed"), formatInt(p.Consumed), stuck, leaked, eta)
+	nums := long
+	if lipgloss.Width(long) > w {
+		nums = short
+	}
 	return bar.String() + "\n" + pad(nums, w)
 }
+
+// Chart names, for the order in which a scenario wants them.
+const (
+	chThroughput = "throughput"
+	chLatency    = "latency"
+	chLockWait   = "lock wait"
+	chDead       = "dead tuples"
+	chBurn       = "burn"
+	chLeaked     = "leaked"
+	chFenced     = "fenced"
+	chConflicts  = "conflicts"
+	chConsumed   = "consumed"
+	chExpired    = "expired"
+)
+
+// chartOrder is the order of the charts for each scenario's proof: its own
+// charts first, so that on a small screen, which shows fewer charts, the
+// ones that tell its story stay.
+var chartOrder = map[workload.Proof][]string{
+	workload.ProofHealthy:   {chThroughput, chLatency, chLeaked, chFenced, chBurn, chLockWait, chDead, chConflicts},
+	workload.ProofLeaked:    {chLeaked, chThroughput, chBurn, chLatency, chFenced, chLockWait, chDead, chConflicts},
+	workload.ProofReclaimed: {chLeaked, chThroughput, chBurn, chLatency, chFenced, chLockWait, chDead, chConflicts},
+	workload.ProofDouble:    {chFenced, chLeaked, chThroughput, chLatency, chBurn, chLockWait, chDead, chConflicts},
+	workload.ProofFenced:    {chFenced, chLeaked, chThroughput, chLatency, chBurn, chLockWait, chDead, chConflicts},
+	workload.ProofLockWait:  {chLockWait, chThroughput, chLatency, chLeaked, chBurn, chDead, chFenced, chConflicts},
+	workload.ProofConflicts: {chConflicts, chThroughput, chLatency, chLockWait, chBurn, chLeaked, chDead, chFenced},
+	workload.ProofDrain:     {chBurn, chThroughput, chLatency, chLeaked, chLockWait, chDead, chFenced, chConflicts},
+}
+
+// watchOrder is the order of the charts in watch mode.
+var watchOrder = []string{chConsumed, chBurn, chLockWait, chDead, chExpired}
 
 func (m Model) charts() []chartSpec {
 	st := m.styles
 	s := m.series
 	snap := m.snap
-	var specs []chartSpec
-	if m.opts.Knobs != nil || (snap != nil && snap.Workload != nil) {
-		specs = append(specs, chartSpec{
-			title: fmt.Sprintf("throughput/s  acquires %s  commits %s", formatFloat(last(s[collector.SeriesAcquires])), formatFloat(last(s[collector.SeriesCommits]))),
-			sets:  []chartSet{{"acquires", s[collector.SeriesAcquires], st.Line1}, {"commits", s[collector.SeriesCommits], st.Line2}},
-		}, chartSpec{
-			title: fmt.Sprintf("p99 acquire latency  %.1f ms", last(s[collector.SeriesAcquireP99])),
-			sets:  []chartSet{{"p99", s[collector.SeriesAcquireP99], st.Line1}},
-		})
-	} else {
-		specs = append(specs, chartSpec{
-			title: fmt.Sprintf("consumed/s  %s", formatFloat(last(s[collector.SeriesConsumedPerS]))),
-			sets:  []chartSet{{"consumed", s[collector.SeriesConsumedPerS], st.Line1}},
-		})
-	}
-	lockTitle := fmt.Sprintf("lock wait max  %.0f ms", last(s[collector.SeriesLockWaitMax]))
-	deadTitle := fmt.Sprintf("dead tuples  %s", formatInt(int64(last(s[collector.SeriesDeadTuples]))))
-	burnTitle := fmt.Sprintf("burn  %s/s", formatFloat(last(s[collector.SeriesBurn])))
-	lockAlarm, deadAlarm, burnAlarm := false, false, false
+	v := func(name string) float64 { return last(s[name]) }
+	alarms := map[string]bool{}
 	if snap != nil {
-		lockTitle += fmt.Sprintf("  %d waiting", snap.LockWaiters)
-		deadTitle += fmt.Sprintf("  %.0f%%", 100*snap.DeadRatio)
+		for _, a := range snap.Alerts {
+			alarms[a.Name] = a.Active
+		}
+	}
+	lock := chartSpec{fields: []field{fig(fmt.Sprintf("%.0f ms", v(collector.SeriesLockWaitMax)), "lock wait max", "wait")},
+		alarm: alarms[collector.AlertLockWait], sets: []chartSet{{"wait", s[collector.SeriesLockWaitMax], st.Line1}}}
+	dead := chartSpec{fields: []field{fig(formatInt(int64(v(collector.SeriesDeadTuples))), "dead tuples", "dead")},
+		alarm: alarms[collector.AlertDeadTuples], sets: []chartSet{{"dead", s[collector.SeriesDeadTuples], st.Line1}}}
+	burn := chartSpec{fields: []field{fig(formatFloat(v(collector.SeriesBurn))+"/s", "burn", "burn")},
+		alarm: alarms[collector.AlertDepletion], sets: []chartSet{{"burn", s[collector.SeriesBurn], st.Line1}}}
+	if snap != nil {
+		lock.fields = append(lock.fields, fig(formatInt(int64(snap.LockWaiters)), "waiting", "wait"))
+		dead.fields = append(dead.fields, fig(fmt.Sprintf("%.0f%%", 100*snap.DeadRatio), "", ""))
 		if w := snap.WorstPartition; w != nil {
-			deadTitle += fmt.Sprintf("  worst %s %.0f%%", sanitize(w.Name), 100*w.DeadRatio)
+			dead.fields = append(dead.fields, fig(fmt.Sprintf("%.0f%%", 100*w.DeadRatio), "worst "+sanitize(w.Name), "worst"))
 		}
 		if snap.Vacuum != nil {
-			deadTitle += fmt.Sprintf("  vacuum %s %.0f%%", snap.Vacuum.Phase, snap.Vacuum.Percent)
+			dead.fields = append(dead.fields, fig(fmt.Sprintf("%.0f%%", snap.Vacuum.Percent), "vacuum "+snap.Vacuum.Phase, "vacuum"))
 		}
-		if snap.DepletionETAS != nil {
-			burnTitle += "  empty in " + shortDuration(*snap.DepletionETAS)
-		}
-		for _, a := range snap.Alerts {
-			switch a.Name {
-			case collector.AlertLockWait:
-				lockAlarm = a.Active
-			case collector.AlertDeadTuples:
-				deadAlarm = a.Active
-			case collector.AlertDepletion:
-				burnAlarm = a.Active
-			}
+		switch {
+		case snap.Pool.Unused == 0 && snap.Pool.Total > 0:
+			burn.fields = append(burn.fields, fig("EMPTY", "", ""))
+		case snap.DepletionETAS != nil:
+			burn.fields = append(burn.fields, fig(shortDuration(*snap.DepletionETAS), "to empty", "eta"))
 		}
 	}
-	specs = append(specs,
-		chartSpec{title: lockTitle, alarm: lockAlarm, sets: []chartSet{{"wait", s[collector.SeriesLockWaitMax], st.Line1}}},
-		chartSpec{title: deadTitle, alarm: deadAlarm, sets: []chartSet{{"dead", s[collector.SeriesDeadTuples], st.Line1}}},
-		chartSpec{title: burnTitle, alarm: burnAlarm, sets: []chartSet{{"burn", s[collector.SeriesBurn], st.Line1}}},
-	)
-	if snap == nil || snap.Workload != nil || m.opts.Knobs != nil {
-		leaked := last(s[collector.SeriesLeaked])
-		specs = append(specs, chartSpec{
-			title: fmt.Sprintf("leaked %s  expired PENDING %s", formatInt(int64(leaked)), formatInt(int64(last(s[collector.SeriesExpired])))),
-			alarm: leaked > 0,
-			sets:  []chartSet{{"leaked", s[collector.SeriesLeaked], st.Expired}, {"expired", s[collector.SeriesExpired], st.Line2}},
-		})
-		double := last(s[collector.SeriesDouble])
-		specs = append(specs, chartSpec{
-			title: fmt.Sprintf("fenced/s %s  double finalizations %s", formatFloat(last(s[collector.SeriesFenced])), formatInt(int64(double))),
-			alarm: double > 0,
-			sets:  []chartSet{{"fenced", s[collector.SeriesFenced], st.Line1}, {"double", s[collector.SeriesDouble], st.Expired}},
-		})
+	specs := map[string]chartSpec{chLockWait: lock, chDead: dead, chBurn: burn}
+	order := watchOrder
+	if m.opts.Knobs != nil || (snap != nil && snap.Workload != nil) {
+		order = chartOrder[m.proof()]
+		specs[chThroughput] = chartSpec{
+			fields: []field{{formatFloat(v(collector.SeriesAcquires)), "acquires/s", "acq/s", 0}, {formatFloat(v(collector.SeriesCommits)), "commits/s", "com/s", 1}},
+			sets:   []chartSet{{"acquires", s[collector.SeriesAcquires], st.Line1}, {"commits", s[collector.SeriesCommits], st.Line2}},
+		}
+		specs[chLatency] = chartSpec{
+			fields: []field{fig(fmt.Sprintf("%.1f ms", v(collector.SeriesAcquireP99)), "p99 claim, last 5 s", "p99")},
+			sets:   []chartSet{{"p99", s[collector.SeriesAcquireP99], st.Line1}},
+		}
+		leaked := v(collector.SeriesLeaked)
+		leakStyle := st.Warn // with leases, the reaper brings them back
+		if !m.cfg.Lease {
+			leakStyle = st.Expired // without, they are gone for good
+		}
+		specs[chLeaked] = chartSpec{
+			fields: []field{{formatInt(int64(leaked)), "leaked", "leaked", 0}, {formatInt(int64(v(collector.SeriesExpired))), "expired PENDING", "expired", 1}},
+			alarm:  leaked > 0 && !m.cfg.Lease,
+			sets:   []chartSet{{"leaked", s[collector.SeriesLeaked], leakStyle}, {"expired", s[collector.SeriesExpired], st.Line1}},
+		}
+		double := v(collector.SeriesDouble)
+		specs[chFenced] = chartSpec{
+			fields: []field{{formatFloat(v(collector.SeriesFenced)), "fenced/s", "fenced", 0}, {formatFloat(v(collector.SeriesDoublePerS)), "double/s", "dbl", 1}},
+			alarm:  double > 0,
+			sets:   []chartSet{{"fenced", s[collector.SeriesFenced], st.Line1}, {"double", s[collector.SeriesDoublePerS], st.Expired}},
+		}
+		specs[chConflicts] = chartSpec{
+			fields: []field{fig(formatFloat(v(collector.SeriesConflictsPerS)), "conflicts/s (lost version checks, retried)", "conflicts/s")},
+			sets:   []chartSet{{"conflicts", s[collector.SeriesConflictsPerS], st.Line2}},
+		}
 	} else {
-		specs = append(specs, chartSpec{
-			title: fmt.Sprintf("expired PENDING %s", formatInt(int64(last(s[collector.SeriesExpired])))),
-			sets:  []chartSet{{"expired", s[collector.SeriesExpired], st.Line1}},
-		})
+		specs[chConsumed] = chartSpec{fields: []field{fig(formatFloat(v(collector.SeriesConsumedPerS)), "consumed/s", "consumed")},
+			sets: []chartSet{{"consumed", s[collector.SeriesConsumedPerS], st.Line1}}}
+		specs[chExpired] = chartSpec{fields: []field{fig(formatInt(int64(v(collector.SeriesExpired))), "expired PENDING", "expired")},
+			alarm: alarms[collector.AlertReaperLag], sets: []chartSet{{"expired", s[collector.SeriesExpired], st.Line1}}}
 	}
-	return specs
+	out := make([]chartSpec, 0, len(order))
+	for _, name := range order {
+		out = append(out, specs[name])
+	}
+	return out
+}
+
+// proof is the counter the scenario in force is about.
+func (m Model) proof() workload.Proof {
+	if m.scenario >= 0 && m.scenario < len(workload.Scenarios) {
+		return workload.Scenarios[m.scenario].Proof
+	}
+	return workload.ProofHealthy
+}
+
+// proofText is the scenario's proof counter, long and short.
+func (m Model) proofText() (long, short string) {
+	s := m.snap
+	if s == nil || s.Workload == nil {
+		return "", ""
+	}
+	w := s.Workload
+	n := func(v int64) string { return formatInt(v) }
+	switch m.proof() {
+	case workload.ProofLeaked:
+		return "leaked " + n(int64(w.Leaked)) + ", never back", "leaked " + n(int64(w.Leaked))
+	case workload.ProofReclaimed:
+		return "reclaimed " + n(w.Reclaimed) + " · leaked now " + n(int64(w.Leaked)), "reclaimed " + n(w.Reclaimed)
+	case workload.ProofDouble:
+		return "double finalizations " + n(w.DoubleFinalizations), "double " + n(w.DoubleFinalizations)
+	case workload.ProofFenced:
+		return "fenced " + n(w.FencedRejections) + " · double " + n(w.DoubleFinalizations), "fenced " + n(w.FencedRejections)
+	case workload.ProofLockWait:
+		return fmt.Sprintf("lock waits %d waiting, max %.0f ms", s.LockWaiters, s.LockWaitMaxMS), fmt.Sprintf("waiting %d, %.0f ms", s.LockWaiters, s.LockWaitMaxMS)
+	case workload.ProofConflicts:
+		return "conflicts " + n(w.Conflicts) + " (lost version checks)", "conflicts " + n(w.Conflicts)
+	case workload.ProofDrain:
+		if s.Pool.Unused == 0 && s.Pool.Total > 0 {
+			return "UNUSED 0 · the pool is EMPTY", "UNUSED 0 EMPTY"
+		}
+		eta := "not draining"
+		if s.DepletionETAS != nil {
+			eta = "empty in " + shortDuration(*s.DepletionETAS)
+		}
+		return "UNUSED " + n(s.Pool.Unused) + " · " + eta, "UNUSED " + n(s.Pool.Unused)
+	}
+	return "leaked " + n(int64(w.Leaked)) + " · double " + n(w.DoubleFinalizations) + " · committed " + n(w.Committed),
+		"leaked " + n(int64(w.Leaked)) + " · double " + n(w.DoubleFinalizations)
+}
+
+// viewBanner is the demo's line under the pool bar: the scenario in force,
+// its proof counter, what to expect and what the last key did. The parts
+// give way from the right, and the proof's long form before its digits.
+func (m Model) viewBanner(w int) string {
+	st := m.styles
+	if m.busy != "" {
+		return pad(st.Warn.Render("▶ "+m.busy), w)
+	}
+	name, expect := "knobs of your own", ""
+	if m.scenario >= 0 && m.scenario < len(workload.Scenarios) {
+		sc := workload.Scenarios[m.scenario]
+		name, expect = fmt.Sprintf("%d %s", m.scenario+1, sc.Name), "expect: "+sc.Expect
+		if m.custom {
+			name += " + knobs"
+		}
+	}
+	head := "▶ " + name
+	long, short := m.proofText()
+	proofStyle := st.Proof
+	if s := m.snap; s != nil && s.Workload != nil && (s.Workload.DoubleFinalizations > 0 || (m.proof() == workload.ProofLeaked && s.Workload.Leaked > 0)) {
+		proofStyle = st.Alert
+	}
+	action := ""
+	if m.action != "" {
+		action = "last: " + m.action
+	}
+	// The last key's effect stands in for what to expect until the next
+	// scenario starts.
+	if action != "" {
+		expect = action
+	}
+	for _, parts := range [][]string{{long, expect}, {short, expect}, {long}, {short}} {
+		text := st.Title.Render(head)
+		width := lipgloss.Width(head)
+		for i, p := range parts {
+			if p == "" {
+				continue
+			}
+			if i == 0 {
+				text += "  " + proofStyle.Render(p)
+			} else {
+				text += st.Dim.Render("  · " + p)
+			}
+			width += lipgloss.Width(p) + 2 + 4*min(i, 1)
+		}
+		if width <= w {
+			return pad(text, w)
+		}
+	}
+	return pad(st.Title.Render(head)+"  "+proofStyle.Render(short), w)
 }
 
 // viewCharts lays the charts out in a grid that fills width×height.
 func (m Model) viewCharts(width, height int) string {
 	specs := m.charts()
-	maxCols := min(max(width/42, 2), 4)
-	rows := (len(specs) + maxCols - 1) / maxCols
-	cols := (len(specs) + rows - 1) / rows // as few empty cells as the rows allow
-	for rows > 1 && height/rows < 3 {      // too short: show fewer charts
-		specs = specs[:len(specs)-cols+max(0, cols*rows-len(specs))]
-		rows = (len(specs) + cols - 1) / cols
-	}
+	cols := min(max(width/28, 1), 4)
+	// As many rows as fit with a title and at least minPlotRows each; the
+	// charts that do not fit are the last of the order.
+	rows := max(min(height/(minPlotRows+1), (len(specs)+cols-1)/cols), 1)
+	specs = specs[:min(len(specs), rows*cols)]
+	cols = min(cols, len(specs))
 	window := time.Duration(max(width/cols-yLabelWidth-2, 10)*2) * m.interval // about two samples per cell of braille
 	var lines []string
 	for r := 0; r < rows; r++ {
@@ -301,11 +471,7 @@ func (m Model) viewCharts(width, height int) string {
 
 func (m Model) viewKnobs(width, height int) string {
 	st := m.styles
-	title := "knobs"
-	if m.preset != "" {
-		title += " · " + m.preset
-	}
-	lines := []string{st.Title.Render(title)}
+	lines := []string{st.Title.Render("knobs")}
 	for _, r := range knobRows(m.cfg) {
 		v := r.value
 		if v == "OFF" {
@@ -313,7 +479,7 @@ func (m Model) viewKnobs(width, height int) string {
 		}
 		lines = append(lines, fmt.Sprintf("%s %s %s", st.Dim.Render(fmt.Sprintf("%-3s", r.key)), pad(r.name, 8), v))
 	}
-	lines = append(lines, st.Dim.Render("1-8 scenario  r reset"))
+	lines = append(lines, st.Dim.Render("1-8 scenario  r reset"), st.Dim.Render("R fresh pool  ? help"))
 	if m.knobErr != "" {
 		lines = append(lines, st.Alert.Render(truncate(m.knobErr, width-2)))
 	}

@@ -9,6 +9,7 @@ package workload
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/pooltop-dev/pooltop/engine"
@@ -46,7 +47,11 @@ type Config struct {
 	ReaperGrace    time.Duration `json:"reaper_grace"`
 
 	Refill float64 `json:"refill"` // ids per second a producer adds to the pool; 0 = off
-	Seed   uint64  `json:"seed"`   // random seed: the same seed gives the same fault decisions per worker
+	// KeepUp makes the producer also add as many ids as the workers consume
+	// (commit), as a producer sized for the load does: UNUSED then falls
+	// only by what leaks or is held.
+	KeepUp bool   `json:"keep_up"`
+	Seed   uint64 `json:"seed"` // random seed: the same seed gives the same fault decisions per worker
 }
 
 // Defaults is a healthy fleet.
@@ -107,4 +112,39 @@ func (c Config) Validate() error {
 
 func (c Config) reaperConfig() engine.ReaperConfig {
 	return engine.ReaperConfig{Interval: c.ReaperInterval, Batch: c.ReaperBatch, Grace: c.ReaperGrace}
+}
+
+// Changes lists the knobs that differ from before to c, in words for the
+// event log: "workers 16 → 32", "fencing on → OFF".
+func (c Config) Changes(before Config) []string {
+	onOff := func(b bool) string {
+		if b {
+			return "on"
+		}
+		return "OFF"
+	}
+	pct := func(f float64) string { return strconv.FormatFloat(100*f, 'f', -1, 64) + "%" }
+	num := func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+	var out []string
+	knob := func(name, was, now string) {
+		if was != now {
+			out = append(out, name+" "+was+" → "+now)
+		}
+	}
+	knob("workers", strconv.Itoa(before.Workers), strconv.Itoa(c.Workers))
+	knob("strategy", before.Strategy.String(), c.Strategy.String())
+	knob("lease", onOff(before.Lease), onOff(c.Lease))
+	knob("fencing", onOff(before.Fencing), onOff(c.Fencing))
+	knob("renewal", onOff(before.Renew), onOff(c.Renew))
+	knob("reaper", onOff(before.Reaper), onOff(c.Reaper))
+	knob("ttl", before.TTL.String(), c.TTL.String())
+	knob("task", before.Task.String(), c.Task.String())
+	knob("batch", strconv.Itoa(before.Batch), strconv.Itoa(c.Batch))
+	knob("crash rate", pct(before.CrashRate), pct(c.CrashRate))
+	knob("pause rate", pct(before.PauseRate), pct(c.PauseRate))
+	knob("pause length", before.PauseLength.String(), c.PauseLength.String())
+	knob("rate limit", num(before.Rate)+"/s", num(c.Rate)+"/s")
+	knob("refill", num(before.Refill)+"/s", num(c.Refill)+"/s")
+	knob("keep-up producer", onOff(before.KeepUp), onOff(c.KeepUp))
+	return out
 }

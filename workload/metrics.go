@@ -87,14 +87,34 @@ type shard struct {
 	mu      sync.Mutex
 	acquire *hdrhistogram.Histogram
 	cycle   *hdrhistogram.Histogram
-	_       [64]byte // keep neighbouring shards off this cache line
+	// recent holds the claim latencies of the last recentWindow, one
+	// histogram a second; recentAt is the second its current one covers.
+	recent   *hdrhistogram.WindowedHistogram
+	recentAt int64
+	_        [64]byte // keep neighbouring shards off this cache line
 }
+
+// recentWindow is how far back the recent claim latency looks: short, so
+// that p99 follows a change of strategy within seconds.
+const recentWindow = 5
 
 func newShard() *shard {
 	return &shard{
 		acquire: hdrhistogram.New(histMin, histMax, histDigits),
 		cycle:   hdrhistogram.New(histMin, histMax, histDigits),
+		recent:  hdrhistogram.NewWindowed(recentWindow, histMin, histMax, histDigits),
 	}
+}
+
+// rotate moves the recent window on to the second now falls in, dropping
+// the seconds that fell out of it. The caller holds s.mu.
+func (s *shard) rotate(now time.Time) {
+	sec := now.Unix()
+	for i := 0; s.recentAt < sec && i < recentWindow; i++ {
+		s.recent.Rotate()
+		s.recentAt++
+	}
+	s.recentAt = max(s.recentAt, sec)
 }
 
 func (s *shard) add(c counter, n int64) { s.c[c].Add(n) }
@@ -111,7 +131,22 @@ func (s *shard) observe(h **hdrhistogram.Histogram, d time.Duration) {
 	}
 	s.mu.Lock()
 	_ = (*h).RecordValue(us)
+	if *h == s.acquire {
+		s.rotate(time.Now())
+		_ = s.recent.Current.RecordValue(us)
+	}
 	s.mu.Unlock()
+}
+
+// resetLatency empties the shard's histograms.
+func (s *shard) resetLatency() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.acquire.Reset()
+	s.cycle.Reset()
+	for range recentWindow {
+		s.recent.Rotate()
+	}
 }
 
 // mergeInto adds this shard's figures to the totals.
@@ -125,6 +160,8 @@ func (s *shard) mergeInto(t *totals) {
 	s.mu.Lock()
 	t.acquire.Merge(s.acquire)
 	t.cycle.Merge(s.cycle)
+	s.rotate(time.Now())
+	t.recent.Merge(s.recent.Merge())
 	s.mu.Unlock()
 }
 
@@ -134,12 +171,14 @@ type totals struct {
 	errs    [numErrClasses]int64
 	acquire *hdrhistogram.Histogram
 	cycle   *hdrhistogram.Histogram
+	recent  *hdrhistogram.Histogram // claims of the last recentWindow seconds
 }
 
 func newTotals() *totals {
 	return &totals{
 		acquire: hdrhistogram.New(histMin, histMax, histDigits),
 		cycle:   hdrhistogram.New(histMin, histMax, histDigits),
+		recent:  hdrhistogram.New(histMin, histMax, histDigits),
 	}
 }
 
@@ -180,7 +219,10 @@ type Snapshot struct {
 	Conflicts           int64            `json:"conflicts"` // optimistic version checks lost
 	Errors              map[string]int64 `json:"errors"`
 	AcquireLatency      Latency          `json:"acquire_latency"`
-	CycleLatency        Latency          `json:"cycle_latency"`
+	// RecentAcquireLatency covers only the claims of the last 5 seconds,
+	// so that it follows a change of strategy or load.
+	RecentAcquireLatency Latency `json:"recent_acquire_latency"`
+	CycleLatency         Latency `json:"cycle_latency"`
 	// Leaked is the ground truth of leases held by crashed workers that
 	// nobody released: the ids the reaper must bring back (or, without
 	// leases, the ids that leaked).

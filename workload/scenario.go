@@ -23,7 +23,26 @@ type Scenario struct {
 	// Shows names the failure this scenario exists to demonstrate ("" for
 	// scenarios that must stay healthy): "double_finalizations" or "lost_ids".
 	Shows string
+	// Expect is what the audience should see, in a few words, and Proof the
+	// counter that shows it: the dashboard puts both in its banner.
+	Expect string
+	Proof  Proof
 }
+
+// Proof names the counter that proves a scenario's story on screen.
+type Proof string
+
+// The proofs, one per story.
+const (
+	ProofHealthy   Proof = "healthy"   // nothing leaks, nothing is finalized twice
+	ProofLeaked    Proof = "leaked"    // ids held by dead workers, never back without a lease
+	ProofReclaimed Proof = "reclaimed" // leases the reaper brought back
+	ProofDouble    Proof = "double"    // ids finalized twice
+	ProofFenced    Proof = "fenced"    // zombie commits the fence rejected
+	ProofLockWait  Proof = "lock_wait" // sessions waiting on row locks
+	ProofConflicts Proof = "conflicts" // optimistic version checks lost
+	ProofDrain     Proof = "drain"     // the time until the pool is empty
+)
 
 func base(seed uint64) Config {
 	c := Defaults()
@@ -36,50 +55,48 @@ func base(seed uint64) Config {
 }
 
 // Scenarios are the presets, in the order of the dashboard's number keys.
+// Each changes only what its story is about: the contention presets keep
+// the healthy fleet's workers and task time and change the claim strategy.
 var Scenarios = []Scenario{
 	{Name: "healthy", PoolSize: 200_000, About: "leases, fencing and the reaper on; 2% of tasks fail and release",
+		Expect: "nothing leaks, nothing doubles", Proof: ProofHealthy,
 		Config: func(s uint64) Config { c := base(s); c.FailRate = 0.02; return c }},
 	{Name: "crash-no-lease", PoolSize: 200_000, Shows: "lost_ids",
 		About:  "workers die holding ids claimed without a lease: leaked PENDING rows pile up forever",
+		Expect: "leaked climbs and never falls", Proof: ProofLeaked,
 		Config: func(s uint64) Config { c := base(s); c.Lease = false; c.CrashRate = 0.05; return c }},
 	{Name: "crash-with-lease", PoolSize: 200_000,
 		About:  "workers die holding leased ids: the reaper brings every one back",
+		Expect: "the reaper brings every leaked id back", Proof: ProofReclaimed,
 		Config: func(s uint64) Config { c := base(s); c.CrashRate = 0.05; return c }},
 	{Name: "pause-no-fencing", PoolSize: 200_000, Shows: "double_finalizations",
-		About: "workers freeze past their lease and commit on waking, with no token check: double finalizations",
+		About:  "workers freeze past their lease and commit on waking, with no token check: double finalizations",
+		Expect: "zombies commit: double finalizations", Proof: ProofDouble,
 		Config: func(s uint64) Config {
 			c := base(s)
 			c.Fencing, c.PauseRate, c.PauseLength, c.TTL = false, 0.05, 1500*time.Millisecond, time.Second
 			return c
 		}},
 	{Name: "pause-with-fencing", PoolSize: 200_000,
-		About: "workers freeze past their lease and commit on waking: the fence rejects every zombie",
+		About:  "workers freeze past their lease and commit on waking: the fence rejects every zombie",
+		Expect: "the fence rejects every zombie", Proof: ProofFenced,
 		Config: func(s uint64) Config {
 			c := base(s)
 			c.PauseRate, c.PauseLength, c.TTL = 0.05, 1500*time.Millisecond, time.Second
 			return c
 		}},
 	{Name: "blocking-contention", PoolSize: 200_000,
-		About: "SELECT … FOR UPDATE: workers queue behind each other's row locks",
-		Config: func(s uint64) Config {
-			c := base(s)
-			c.Strategy = engine.Blocking
-			c.Workers = 32
-			c.Task = 0
-			return c
-		}},
+		About:  "SELECT … FOR UPDATE: workers queue behind each other's row locks",
+		Expect: "lock waits; press s for skip-locked", Proof: ProofLockWait,
+		Config: func(s uint64) Config { c := base(s); c.Strategy = engine.Blocking; return c }},
 	{Name: "optimistic-herd", PoolSize: 200_000,
-		About: "optimistic version checks: every worker races for the same first rows",
-		Config: func(s uint64) Config {
-			c := base(s)
-			c.Strategy = engine.Optimistic
-			c.Workers = 32
-			c.Task = 0
-			return c
-		}},
+		About:  "optimistic version checks: every worker races for the same first rows",
+		Expect: "version checks lost, claims retried", Proof: ProofConflicts,
+		Config: func(s uint64) Config { c := base(s); c.Strategy = engine.Optimistic; return c }},
 	{Name: "drain", PoolSize: 20_000,
 		About:  "burn faster than the producer refills until the pool is empty",
-		Config: func(s uint64) Config { c := base(s); c.Task = 0; c.Refill = 200; return c }},
+		Expect: "the ETA shrinks, the pool runs dry", Proof: ProofDrain,
+		Config: func(s uint64) Config { c := base(s); c.Refill = 200; return c }},
 }
 
 // ScenarioByName finds a preset.
@@ -174,7 +191,7 @@ run:
 	// Stop the faults, then the workers (they finish or release); the
 	// reaper keeps running.
 	calm := cfg
-	calm.CrashRate, calm.PauseRate, calm.Workers, calm.Refill = 0, 0, 0, 0
+	calm.CrashRate, calm.PauseRate, calm.Workers, calm.Refill, calm.KeepUp = 0, 0, 0, 0, false
 	if err := wl.SetConfig(calm); err != nil {
 		return Summary{}, err
 	}

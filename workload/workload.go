@@ -45,7 +45,8 @@ type Workload struct {
 	leaked   map[int64]LeakedLease
 	nextID   int
 	refilled atomic.Int64
-	base     Snapshot // subtracted by Reset
+	consumed atomic.Int64 // ids committed for the first time: what a keep-up producer replaces
+	base     Snapshot     // subtracted by Reset
 
 	wg  sync.WaitGroup // worker goroutines
 	run startstop.Runner
@@ -109,6 +110,7 @@ func (w *Workload) supervise(ctx context.Context) {
 	refill := time.NewTicker(100 * time.Millisecond)
 	defer refill.Stop()
 	var refillDebt float64
+	keptUp := w.consumed.Load() // consumption the producer has matched
 	w.reconcile(ctx, dbCtx)
 	for {
 		select {
@@ -129,16 +131,26 @@ func (w *Workload) supervise(ctx context.Context) {
 			w.reconcile(ctx, dbCtx)
 		case <-refill.C:
 			cfg := w.Config()
-			if cfg.Refill <= 0 {
+			keep := int64(0)
+			if consumed := w.consumed.Load(); cfg.KeepUp {
+				keep = min(consumed-keptUp, engine.MaxSeed/2)
+			} else {
+				keptUp = consumed // turned on later, it matches from then on
+			}
+			n := int(keep)
+			if cfg.Refill > 0 {
+				refillDebt += cfg.Refill / 10
+				n += int(refillDebt)
+				refillDebt -= float64(int(refillDebt))
+			} else {
 				refillDebt = 0
+			}
+			if n <= 0 {
 				continue
 			}
-			refillDebt += cfg.Refill / 10
-			if n := int(refillDebt); n > 0 {
-				refillDebt -= float64(n)
-				if added, err := w.eng.Refill(dbCtx, n); err == nil {
-					w.refilled.Add(added)
-				}
+			if added, err := w.eng.Refill(dbCtx, n); err == nil {
+				w.refilled.Add(added)
+				keptUp += keep
 			}
 		}
 	}
@@ -260,6 +272,14 @@ func (w *Workload) RefreshLeaked(ctx context.Context) (int, error) {
 	return len(w.leaked), nil
 }
 
+// Forget drops the leases crashed workers died holding, once the pool they
+// were in is gone (the demo makes a fresh pool for each scenario).
+func (w *Workload) Forget() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	clear(w.leaked)
+}
+
 // Snapshot merges every worker's figures. It takes each worker's own lock
 // for a moment; workers never wait on each other or on the reader.
 func (w *Workload) Snapshot() Snapshot {
@@ -284,7 +304,7 @@ func (w *Workload) Snapshot() Snapshot {
 		DoubleFinalizations: t.c[cDouble], Crashes: t.c[cCrashes], Pauses: t.c[cPauses],
 		EmptyPool: t.c[cEmpty], LeasesLost: t.c[cLeaseLost], Cycles: t.c[cCycles],
 		Conflicts: w.eng.Stats().OptimisticConflicts, Errors: map[string]int64{},
-		AcquireLatency: latency(t.acquire), CycleLatency: latency(t.cycle),
+		AcquireLatency: latency(t.acquire), CycleLatency: latency(t.cycle), RecentAcquireLatency: latency(t.recent),
 		Leaked: dead, Reclaimed: rs.Reclaimed, ReaperMaxLag: rs.MaxLag, Refilled: w.refilled.Load(),
 	}
 	for i, n := range t.errs {
@@ -305,10 +325,7 @@ func (w *Workload) Reset() {
 	shards := w.shardsLocked()
 	w.mu.Unlock()
 	for _, sh := range shards {
-		sh.mu.Lock()
-		sh.acquire.Reset()
-		sh.cycle.Reset()
-		sh.mu.Unlock()
+		sh.resetLatency()
 	}
 }
 
@@ -551,6 +568,8 @@ func (wk *worker) countCommit(err error, prior int) {
 		s.add(cCommitted, 1)
 		if prior > 0 {
 			s.add(cDouble, 1)
+		} else {
+			wk.w.consumed.Add(1)
 		}
 	case engine.IsRejected(err):
 		s.add(cFenced, 1)

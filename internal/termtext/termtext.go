@@ -39,3 +39,16 @@ func Escape(s string) string {
 	}
 	return b.String()
 }
+
+// Count writes an integer with thousands separators: 1234567 as 1,234,567.
+func Count(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	sign := 0
+	if n < 0 {
+		sign = 1
+	}
+	for i := len(s) - 3; i > sign; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/termtext"
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+// stage is the demo as the dashboard drives it (tui.Knobs): the workload's
+// knobs, each change written to the event log, and the scenarios, each of
+// which starts on a fresh pool of its own size so that the story it tells
+// is its own: the ids leaked or finalized twice before belong to the
+// scenario that made them.
+type stage struct {
+	db  *pgxpool.Pool // the workload's pool, on the demo's schema
+	eng *engine.Engine
+	wl  *workload.Workload
+	col *collector.Collector
+	// size, when not 0, is the pool size the user asked for (--pool-size),
+	// used instead of each scenario's own.
+	size int
+
+	mu sync.Mutex // one scenario switch at a time
+}
+
+func (s *stage) Config() workload.Config { return s.wl.Config() }
+
+// SetConfig turns knobs and logs each change.
+func (s *stage) SetConfig(c workload.Config) error {
+	before := s.wl.Config()
+	if err := s.wl.SetConfig(c); err != nil {
+		return err
+	}
+	for _, ch := range c.Changes(before) {
+		s.col.Note(collector.EventKnob, ch)
+	}
+	return nil
+}
+
+// Reset starts the counters, charts and alerts again from zero.
+func (s *stage) Reset() {
+	s.wl.Reset()
+	s.col.Reset(false)
+	s.col.Note(collector.EventReset, "counters, charts and alerts reset")
+}
+
+// scenarioConfig is a scenario's knobs in the demo: its producer keeps the
+// pool topped up (it adds what the workers consume), unless the scenario
+// sets its own refill rate, as drain does.
+func scenarioConfig(sc workload.Scenario, seed uint64) workload.Config {
+	c := sc.Config(seed)
+	c.KeepUp = c.Refill == 0
+	return c
+}
+
+// poolSize is the size of a scenario's fresh pool.
+func (s *stage) poolSize(sc workload.Scenario) int {
+	if s.size == 0 {
+		return sc.PoolSize
+	}
+	if sc.Proof == workload.ProofDrain {
+		return max(s.size/10, 100) // small enough to run dry while the audience watches
+	}
+	return s.size
+}
+
+// Play starts scenario i (0-based, the dashboard's key i+1): it stops the
+// fleet, makes a fresh pool of the scenario's size, resets the counters,
+// charts and alerts, and starts the scenario's knobs.
+func (s *stage) Play(i int) error {
+	if i < 0 || i >= len(workload.Scenarios) {
+		return fmt.Errorf("scenario %d: choose 1 to %d", i+1, len(workload.Scenarios))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sc := workload.Scenarios[i]
+	cfg := scenarioConfig(sc, s.wl.Config().Seed)
+	size := s.poolSize(sc)
+	if err := s.fresh(ctx, size); err != nil {
+		return fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+	if err := s.wl.SetConfig(cfg); err != nil {
+		return err
+	}
+	s.col.Note(collector.EventScenario, fmt.Sprintf("scenario %d %s on a fresh pool of %s ids: expect %s",
+		i+1, sc.Name, termtext.Count(int64(size)), sc.Expect))
+	return nil
+}
+
+// Fresh makes a fresh pool of the same size for the knobs in force.
+func (s *stage) Fresh() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var total int64
+	if err := s.db.QueryRow(ctx, "SELECT count(*) FROM resource_pool").Scan(&total); err != nil {
+		return fmt.Errorf("count the pool: %w", err)
+	}
+	size := int(min(max(total, 1), engine.MaxSeed))
+	if s.size != 0 {
+		size = s.size
+	}
+	cfg := s.wl.Config()
+	if err := s.fresh(ctx, size); err != nil {
+		return err
+	}
+	if err := s.wl.SetConfig(cfg); err != nil {
+		return err
+	}
+	s.col.Note(collector.EventScenario, fmt.Sprintf("a fresh pool of %s ids", termtext.Count(int64(size))))
+	return nil
+}
+
+// fresh stops the workers, the producer and the reaper, empties the pool
+// and the ledger, seeds size ids and resets every figure. The caller
+// restarts the workload with the knobs it wants.
+func (s *stage) fresh(ctx context.Context, size int) error {
+	calm := s.wl.Config()
+	calm.Workers, calm.Refill, calm.KeepUp, calm.Reaper = 0, 0, false, false
+	if err := s.wl.SetConfig(calm); err != nil {
+		return err
+	}
+	// Workers finish their cycle or release their ids; a frozen one wakes.
+	for deadline := time.Now().Add(time.Minute); ; {
+		if w := s.wl.Snapshot(); w.Workers == 0 && w.Stopping == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the workers did not stop within a minute")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	s.col.Suspend()
+	defer s.col.Reset(true) // also when the rebuild fails: the old figures are void
+	if _, err := s.db.Exec(ctx, "TRUNCATE business_ledger, resource_pool RESTART IDENTITY"); err != nil {
+		return fmt.Errorf("empty the pool: %w", err)
+	}
+	if _, err := s.eng.Seed(ctx, size); err != nil {
+		return err
+	}
+	if _, err := s.db.Exec(ctx, "ANALYZE resource_pool"); err != nil {
+		return fmt.Errorf("analyze the pool: %w", err)
+	}
+	s.wl.Forget()
+	s.wl.Reset()
+	return nil
+}
