@@ -170,8 +170,8 @@ type Collector struct {
 	rebuilt bool
 	// suspended: the pool is being rebuilt; polls are not recorded.
 	suspended bool
-	prev    *raw
-	burn    float64 // smoothed
+	prev      *raw
+	burn      float64 // smoothed
 	// burnSamples counts the burn samples so far, for the warm-up.
 	burnSamples int
 	alerts      map[string]*alertState
