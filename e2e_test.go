@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +23,11 @@ type tmuxRun struct {
 // startInTmux builds pooltop and runs the demo in a 120×40 tmux session,
 // with no PG* or DATABASE_URL in its environment, and waits for the dashboard.
 func startInTmux(t *testing.T, name string) *tmuxRun {
+	return startSized(t, name, 120, 40, "--pool-size", "20000")
+}
+
+// startSized is startInTmux at width×height with the demo's arguments.
+func startSized(t *testing.T, name string, width, height int, args ...string) *tmuxRun {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
 		t.Fatal("tmux is needed for the end-to-end test (apt-get install tmux; .ci/run installs it)")
@@ -33,11 +40,11 @@ func startInTmux(t *testing.T, name string) *tmuxRun {
 	r := &tmuxRun{t: t, session: fmt.Sprintf("pooltop-%s-%d", name, os.Getpid()), dir: dir}
 	pidFile := filepath.Join(dir, "pid")
 	// The subshell writes its pid and execs pooltop, so that pid is pooltop's.
-	script := fmt.Sprintf("(echo $BASHPID > %s; exec env -u DATABASE_URL -u PGHOST -u PGDATABASE -u PGUSER -u PGPORT %s --pool-size 20000 2>%s/stderr); echo $? > %s/exit",
-		pidFile, bin, dir, dir)
-	r.tmux("new-session", "-d", "-s", r.session, "-x", "120", "-y", "40", script)
+	script := fmt.Sprintf("(echo $BASHPID > %s; exec env -u DATABASE_URL -u PGHOST -u PGDATABASE -u PGUSER -u PGPORT %s %s 2>%s/stderr); echo $? > %s/exit",
+		pidFile, bin, strings.Join(args, " "), dir, dir)
+	r.tmux("new-session", "-d", "-s", r.session, "-x", fmt.Sprint(width), "-y", fmt.Sprint(height), script)
 	t.Cleanup(func() { _ = exec.Command("tmux", "kill-session", "-t", r.session).Run() })
-	r.waitFor("█ UNUSED", 60*time.Second)
+	r.waitFor(" · stuck ", 60*time.Second) // the pool line, once the first poll is in
 	pid, err := os.ReadFile(pidFile)
 	if err != nil || len(strings.TrimSpace(string(pid))) == 0 {
 		t.Fatalf("no pid recorded: %v", err)
@@ -71,6 +78,65 @@ func (r *tmuxRun) waitFor(what string, timeout time.Duration) string {
 		if time.Now().After(deadline) {
 			stderr, _ := os.ReadFile(filepath.Join(r.dir, "stderr"))
 			r.t.Fatalf("%q did not appear within %v; screen:\n%s\nstderr:\n%s", what, timeout, s, stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitNumber waits until re (whose first group is a number such as 1,234)
+// matches the screen with a number for which ok holds, and returns it.
+func (r *tmuxRun) waitNumber(re *regexp.Regexp, ok func(int64) bool, timeout time.Duration) int64 {
+	r.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		s := r.screen()
+		if m := re.FindStringSubmatch(s); m != nil {
+			if n, err := parseFigure(m[1]); err == nil && ok(n) {
+				return n
+			}
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("%s: no satisfying number within %v; screen:\n%s", re, timeout, s)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// parseFigure reads a figure as the dashboard writes it: 1,234, 3.4k, 1.2M.
+func parseFigure(s string) (int64, error) {
+	mult := 1.0
+	switch {
+	case strings.HasSuffix(s, "k"):
+		mult, s = 1e3, strings.TrimSuffix(s, "k")
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1e6, strings.TrimSuffix(s, "M")
+	}
+	f, err := strconv.ParseFloat(strings.ReplaceAll(s, ",", ""), 64)
+	return int64(f * mult), err
+}
+
+// press sends keys to the program.
+func (r *tmuxRun) press(keys ...string) {
+	r.t.Helper()
+	r.tmux(append([]string{"send-keys", "-t", r.session}, keys...)...)
+}
+
+// exited waits for the program to exit and checks it exited 0.
+func (r *tmuxRun) exited(timeout time.Duration) {
+	r.t.Helper()
+	exitFile := filepath.Join(r.dir, "exit")
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile(exitFile)
+		if err == nil && len(b) > 0 {
+			if code := strings.TrimSpace(string(b)); code != "0" {
+				stderr, _ := os.ReadFile(filepath.Join(r.dir, "stderr"))
+				r.t.Fatalf("pooltop exited with %s\n%s", code, stderr)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("pooltop did not exit; screen:\n%s", r.screen())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -114,28 +180,13 @@ func TestDashboardInTmux(t *testing.T) {
 			t.Fatalf("dashboard lacks %q:\n%s", want, s)
 		}
 	}
-	r.waitFor("throughput/s  acquires", 20*time.Second)
+	r.waitFor("acquires/s", 20*time.Second)
 	r.tmux("send-keys", "-t", r.session, "l")
 	r.waitFor("lease    OFF", 10*time.Second)
 	r.tmux("send-keys", "-t", r.session, "f")
 	r.waitFor("fencing  OFF", 10*time.Second)
-	r.tmux("send-keys", "-t", r.session, "q")
-	exitFile := filepath.Join(r.dir, "exit")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		b, err := os.ReadFile(exitFile)
-		if err == nil && len(b) > 0 {
-			if code := strings.TrimSpace(string(b)); code != "0" {
-				stderr, _ := os.ReadFile(filepath.Join(r.dir, "stderr"))
-				t.Fatalf("pooltop exited with %s\n%s", code, stderr)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pooltop did not exit after q; screen:\n%s", r.screen())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	r.press("q")
+	r.exited(30 * time.Second)
 	r.cleanedUp(10 * time.Second)
 }
 
@@ -146,4 +197,65 @@ func TestClosingTheTerminalCleansUp(t *testing.T) {
 	r := startInTmux(t, "hup")
 	r.tmux("kill-session", "-t", r.session)
 	r.cleanedUp(30 * time.Second)
+}
+
+// TestDemoScriptInTmux follows the README's five-minute demo in order, as a
+// speaker would, at 100×30 and at 80×24, and reads each step's proof number
+// on screen: digits, never cut. (Pools of 50,000 ids instead of the
+// default's 200,000, to seed faster; the script is the same.)
+func TestDemoScriptInTmux(t *testing.T) {
+	t.Parallel()
+	for _, size := range []struct{ w, h int }{{100, 30}, {80, 24}} {
+		t.Run(fmt.Sprintf("%dx%d", size.w, size.h), func(t *testing.T) {
+			t.Parallel()
+			r := startSized(t, fmt.Sprintf("script%d", size.w), size.w, size.h, "--pool-size", "50000")
+			const wait = 60 * time.Second
+			positive := func(n int64) bool { return n > 0 }
+			zero := func(n int64) bool { return n == 0 }
+			banner := func(step, rest string) *regexp.Regexp {
+				return regexp.MustCompile(`▶ ` + step + `(?: \+ knobs)?  ` + rest)
+			}
+			// 1: healthy, nothing leaked or finalized twice, work done.
+			r.waitNumber(banner("1 healthy", `leaked ([\d,]+)`), zero, wait)
+			r.waitNumber(banner("1 healthy", `leaked 0 · double ([\d,]+)`), zero, wait)
+			r.waitNumber(regexp.MustCompile(`([\d.,]+k?) acq`), positive, wait)
+			// 2: crash-no-lease, leaked climbs.
+			r.press("2")
+			r.waitNumber(banner("2 crash-no-lease", `leaked ([\d,]+)`), positive, wait)
+			// 3: crash-with-lease, the reaper brings them back.
+			r.press("3")
+			r.waitNumber(banner("3 crash-with-lease", `reclaimed ([\d,]+)`), positive, wait)
+			// 4: pause-no-fencing, double finalizations.
+			r.press("4")
+			r.waitNumber(banner("4 pause-no-fencing", `double(?: finalizations)? ([\d,]+)`), positive, wait)
+			// 5: pause-with-fencing, zombies fenced, no double finalization.
+			r.press("5")
+			r.waitNumber(banner("5 pause-with-fencing", `fenced ([\d,]+)`), positive, wait)
+			if size.w >= 100 {
+				r.waitNumber(banner("5 pause-with-fencing", `fenced [\d,]+ · double ([\d,]+)`), zero, wait)
+			}
+			// 6: blocking-contention, sessions wait; s twice back to skip-locked, the waits go.
+			r.press("6")
+			r.waitNumber(banner("6 blocking-contention", `(?:lock waits: )?waiting (\d+)`), positive, wait)
+			r.press("s")
+			r.waitFor("strategy optimistic", wait)
+			r.press("s")
+			r.waitFor("strategy skip-locked", wait)
+			r.waitNumber(banner("6 blocking-contention", `(?:lock waits: )?waiting (\d+)`), zero, wait)
+			// 7: optimistic-herd, version checks lost.
+			r.press("7")
+			r.waitNumber(banner("7 optimistic-herd", `conflicts ([\d,]+)`), positive, wait)
+			// 8: drain, the pool runs dry.
+			r.press("8")
+			r.waitNumber(banner("8 drain", `UNUSED ([\d,]+)`), zero, wait)
+			r.waitFor("EMPTY", wait)
+			// r: a reset says so.
+			r.press("r")
+			r.waitFor("counters, charts and alerts reset", wait)
+			// 9: q, and nothing is left behind.
+			r.press("q")
+			r.exited(30 * time.Second)
+			r.cleanedUp(10 * time.Second)
+		})
+	}
 }

@@ -37,9 +37,14 @@ type WorkloadSource interface {
 type AlertConfig struct {
 	LockWait        time.Duration // a session waits on a lock longer than this (50 ms: a claim should never wait)
 	DepletionWithin time.Duration // UNUSED runs out sooner than this at the current burn (15 min)
-	ExpiredAfter    time.Duration // a lease expired longer ago than this is still PENDING (one reaper interval)
-	DeadRatio       float64       // dead / (live + dead) tuples above this
-	Connections     float64       // connections above this fraction of max_connections
+	// DepletionFor is how long the time to empty must stay under
+	// DepletionWithin before the alert is raised (5 s): a burst of claims,
+	// or the first seconds of a workload, is not a page. An empty pool
+	// raises it at once.
+	DepletionFor time.Duration
+	ExpiredAfter time.Duration // a lease expired longer ago than this is still PENDING (one reaper interval)
+	DeadRatio    float64       // dead / (live + dead) tuples above this
+	Connections  float64       // connections above this fraction of max_connections
 	// Hold is how long a raised alert's figure must stay calm (under a
 	// lower threshold: half the lock wait, three quarters of the dead
 	// ratio, a third more time to depletion, 10 points of connections)
@@ -90,6 +95,9 @@ func (c *Config) defaults() error {
 	}
 	if a.DepletionWithin == 0 {
 		a.DepletionWithin = 15 * time.Minute
+	}
+	if a.DepletionFor == 0 {
+		a.DepletionFor = 5 * time.Second
 	}
 	if a.ExpiredAfter == 0 {
 		a.ExpiredAfter = time.Second
@@ -176,6 +184,10 @@ type Collector struct {
 	burnSamples int
 	alerts      map[string]*alertState
 	empty       bool // the pool was empty at the last poll
+	// drainingSince is when the time to empty fell under the threshold.
+	drainingSince time.Time
+	// sampleFrom is the start of the interval the latest rates cover.
+	sampleFrom time.Time
 }
 
 // New connects with its own small read-only pool and resolves the table.

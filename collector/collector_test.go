@@ -278,7 +278,7 @@ func TestLockWaitsAndBlockingTree(t *testing.T) {
 
 func TestBurnRateAndETAOfAKnownDrain(t *testing.T) {
 	b := setup(t, 5000)
-	c := b.collector(t, collector.Config{})
+	c := b.collector(t, collector.Config{Alerts: collector.AlertConfig{DepletionFor: time.Nanosecond}})
 	first := pollUntil(t, c, "an exact count", func(s collector.Snapshot) bool { return !has(s.Pool.Estimated, "unused") })
 	b.exec(t, `UPDATE resource_pool SET status = 'CONSUMED' WHERE id <= 500`)
 	second, err := c.Poll(b.ctx)

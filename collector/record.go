@@ -137,6 +137,10 @@ func (c *Collector) record(s *Snapshot, gen int) {
 	} else {
 		c.burn, c.burnSamples = 0, 0
 	}
+	c.sampleFrom = s.Time
+	if c.prev != nil {
+		c.sampleFrom = c.prev.at
+	}
 	c.prev = cur
 	empty := s.Pool.Unused == 0 && s.Pool.Total > 0
 	if empty {
@@ -222,6 +226,13 @@ func (c *Collector) evaluate(s *Snapshot, ev func(kind, format string, args ...a
 	within := a.DepletionWithin.Seconds()
 	empty := s.Pool.Unused == 0 && s.Pool.Total > 0
 	draining := s.DepletionETAS != nil && *s.DepletionETAS < within
+	switch {
+	case !draining:
+		c.drainingSince = time.Time{}
+	case c.drainingSince.IsZero():
+		c.drainingSince = c.sampleFrom // the burn sample covers the time since the previous poll
+	}
+	draining = draining && s.Time.Sub(c.drainingSince) >= a.DepletionFor
 	calmETA := !empty && (s.DepletionETAS == nil || *s.DepletionETAS > within*4/3)
 	if empty {
 		rule(AlertDepletion, true, false, "the pool is empty: every id is PENDING or CONSUMED; refill it, or free the ids leaked or expired")
@@ -270,7 +281,7 @@ func (c *Collector) Reset(rebuilt bool) {
 	for name := range c.series {
 		c.series[name] = NewRing(c.cfg.History)
 	}
-	c.prev, c.burn, c.burnSamples, c.empty = nil, 0, 0, false
+	c.prev, c.burn, c.burnSamples, c.empty, c.drainingSince, c.sampleFrom = nil, 0, 0, false, time.Time{}, time.Time{}
 	c.alerts = map[string]*alertState{}
 }
 

@@ -124,3 +124,24 @@ func TestResetDropsHistory(t *testing.T) {
 		t.Fatalf("the next poll: width %d rebuilt %v points %d", c.unused.width, c.rebuilt, c.series[SeriesLockWaitMax].Len())
 	}
 }
+
+// The depletion alert waits for the time to empty to stay short for
+// DepletionFor; an empty pool raises it at once.
+func TestDepletionNeedsASustainedDrain(t *testing.T) {
+	c := bare(t)
+	t0 := time.Unix(1_700_000_000, 0)
+	eta := 60.0
+	for i, want := range []bool{false, false, false, false, false, true, true} {
+		s := Snapshot{Time: t0.Add(time.Duration(i) * time.Second), Pool: Pool{Unused: 1000, Total: 2000}, DepletionETAS: &eta}
+		c.record(&s, 0)
+		if got := active(s, AlertDepletion); got != want {
+			t.Fatalf("second %d: active %v, want %v", i, got, want)
+		}
+	}
+	c.Reset(false)
+	s := Snapshot{Time: t0.Add(time.Minute), Pool: Pool{Unused: 0, Total: 2000}}
+	c.record(&s, c.startPoll())
+	if !active(s, AlertDepletion) {
+		t.Fatal("an empty pool did not raise the alert at once")
+	}
+}

@@ -109,11 +109,13 @@ func renderChart(st Styles, spec chartSpec, width, height int, now time.Time, wi
 	// Two Y labels: 0 on the bottom row and the top of the scale on the top
 	// row, where a value at the top is drawn. (ntcharts' own labels are
 	// placed a row's share below the value they name.)
-	plotRows := ch
+	// Rows are counted up from the origin: without an X axis the bottom row
+	// is the origin and the top one ch-1 above it; with one, the origin is
+	// the axis, and the top row ch-2 above it.
+	yStep := max(ch-1, 1)
 	if xSteps > 0 {
-		plotRows -= 2
+		yStep = ch - 2
 	}
-	yStep := max(plotRows-1, 1)
 	lc := tslc.New(width, ch,
 		tslc.WithXYSteps(xSteps, yStep),
 		tslc.WithXLabelFormatter(func(_ int, v float64) string { return time.Unix(int64(v), 0).Format("15:04:05") }),

@@ -84,7 +84,8 @@ type (
 // chartSeries are the series the charts draw, copied on each poll.
 var chartSeries = []string{collector.SeriesAcquires, collector.SeriesCommits, collector.SeriesAcquireP99,
 	collector.SeriesLockWaitMax, collector.SeriesDeadTuples, collector.SeriesBurn, collector.SeriesLeaked,
-	collector.SeriesExpired, collector.SeriesFenced, collector.SeriesDouble, collector.SeriesConsumedPerS}
+	collector.SeriesExpired, collector.SeriesFenced, collector.SeriesDouble, collector.SeriesConsumedPerS,
+	collector.SeriesDoublePerS, collector.SeriesConflictsPerS}
 
 // Model is the root model: it routes keys, owns the poll loop and lays out
 // the panels.

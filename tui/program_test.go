@@ -22,7 +22,7 @@ func TestProgramFlow(t *testing.T) {
 		teatest.WaitFor(t, tm.Output(), func(b []byte) bool { return bytes.Contains(b, []byte(what)) },
 			teatest.WithDuration(10*time.Second), teatest.WithCheckInterval(10*time.Millisecond))
 	}
-	wait("UNUSED 184,210")
+	wait("184,210 ▓ 42")
 	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'l'}})
 	wait("lease    OFF")
 	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'?'}})

@@ -273,14 +273,14 @@ func (m Model) charts() []chartSpec {
 			alarms[a.Name] = a.Active
 		}
 	}
-	lock := chartSpec{fields: []field{fig(fmt.Sprintf("%.0f ms", v(collector.SeriesLockWaitMax)), "lock wait max", "wait")},
+	lock := chartSpec{fields: []field{fig(fmt.Sprintf("%.0f ms", v(collector.SeriesLockWaitMax)), "lock wait max", "max")},
 		alarm: alarms[collector.AlertLockWait], sets: []chartSet{{"wait", s[collector.SeriesLockWaitMax], st.Line1}}}
 	dead := chartSpec{fields: []field{fig(formatInt(int64(v(collector.SeriesDeadTuples))), "dead tuples", "dead")},
 		alarm: alarms[collector.AlertDeadTuples], sets: []chartSet{{"dead", s[collector.SeriesDeadTuples], st.Line1}}}
 	burn := chartSpec{fields: []field{fig(formatFloat(v(collector.SeriesBurn))+"/s", "burn", "burn")},
 		alarm: alarms[collector.AlertDepletion], sets: []chartSet{{"burn", s[collector.SeriesBurn], st.Line1}}}
 	if snap != nil {
-		lock.fields = append(lock.fields, fig(formatInt(int64(snap.LockWaiters)), "waiting", "wait"))
+		lock.fields = append(lock.fields, fig(formatInt(int64(snap.LockWaiters)), "waiting", "waiting"))
 		dead.fields = append(dead.fields, fig(fmt.Sprintf("%.0f%%", 100*snap.DeadRatio), "", ""))
 		if w := snap.WorstPartition; w != nil {
 			dead.fields = append(dead.fields, fig(fmt.Sprintf("%.0f%%", 100*w.DeadRatio), "worst "+sanitize(w.Name), "worst"))
@@ -366,7 +366,7 @@ func (m Model) proofText() (long, short string) {
 	case workload.ProofFenced:
 		return "fenced " + n(w.FencedRejections) + " · double " + n(w.DoubleFinalizations), "fenced " + n(w.FencedRejections)
 	case workload.ProofLockWait:
-		return fmt.Sprintf("lock waits %d waiting, max %.0f ms", s.LockWaiters, s.LockWaitMaxMS), fmt.Sprintf("waiting %d, %.0f ms", s.LockWaiters, s.LockWaitMaxMS)
+		return fmt.Sprintf("lock waits: waiting %d, longest %.0f ms", s.LockWaiters, s.LockWaitMaxMS), fmt.Sprintf("waiting %d, %.0f ms", s.LockWaiters, s.LockWaitMaxMS)
 	case workload.ProofConflicts:
 		return "conflicts " + n(w.Conflicts) + " (lost version checks)", "conflicts " + n(w.Conflicts)
 	case workload.ProofDrain:
@@ -438,7 +438,7 @@ func (m Model) viewBanner(w int) string {
 // viewCharts lays the charts out in a grid that fills width×height.
 func (m Model) viewCharts(width, height int) string {
 	specs := m.charts()
-	cols := min(max(width/28, 1), 4)
+	cols := min(max(width/27, 1), 4)
 	// As many rows as fit with a title and at least minPlotRows each; the
 	// charts that do not fit are the last of the order.
 	rows := max(min(height/(minPlotRows+1), (len(specs)+cols-1)/cols), 1)
