@@ -93,15 +93,18 @@ func renderChart(st Styles, spec chartSpec, width, height int, now time.Time, wi
 	}
 	ch := height - 1
 	from := now.Add(-window)
-	maxY := 0.0
+	maxY, minY := 0.0, 0.0
 	for _, s := range spec.sets {
 		for _, p := range s.points {
 			if !p.T.Before(from) && !math.IsNaN(p.V) && !math.IsInf(p.V, 0) {
-				maxY = math.Max(maxY, p.V)
+				maxY, minY = math.Max(maxY, p.V), math.Min(minY, p.V)
 			}
 		}
 	}
 	maxY = niceMax(maxY)
+	if minY < 0 { // a burn below zero: the pool grows
+		minY = -niceMax(-minY)
+	}
 	xSteps := 0
 	if ch >= 8 && width >= 40 {
 		xSteps = 4
@@ -121,7 +124,7 @@ func renderChart(st Styles, spec chartSpec, width, height int, now time.Time, wi
 		tslc.WithXLabelFormatter(func(_ int, v float64) string { return time.Unix(int64(v), 0).Format("15:04:05") }),
 		tslc.WithYLabelFormatter(func(i int, _ float64) string {
 			if i == 0 {
-				return fmt.Sprintf("%*s", yLabelWidth, "0")
+				return fmt.Sprintf("%*s", yLabelWidth, formatFloat(minY))
 			}
 			return fmt.Sprintf("%*s", yLabelWidth, formatFloat(maxY))
 		}),
@@ -129,8 +132,8 @@ func renderChart(st Styles, spec chartSpec, width, height int, now time.Time, wi
 	)
 	lc.SetTimeRange(from, now)
 	lc.SetViewTimeRange(from, now)
-	lc.SetYRange(0, maxY)
-	lc.SetViewYRange(0, maxY)
+	lc.SetYRange(minY, maxY)
+	lc.SetViewYRange(minY, maxY)
 	names := make([]string, 0, len(spec.sets))
 	for _, s := range spec.sets {
 		lc.SetDataSetStyle(s.name, s.style)
