@@ -15,7 +15,8 @@ import (
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
-// demoOptions are the flags of the demo (pooltop with no command).
+// demoOptions are the flags of the demo (pooltop with no command), and the
+// workload's configuration validate makes of them.
 type demoOptions struct {
 	poolSize int
 	workers  int
@@ -23,6 +24,8 @@ type demoOptions struct {
 	maxConns int
 	reaper   engine.ReaperConfig
 	watch    watchOptions
+
+	cfg workload.Config // the workload's, made by validate
 }
 
 func (o *demoOptions) addFlags(c *cobra.Command) {
@@ -45,11 +48,7 @@ func isTerminal() bool { return term.IsTerminal(os.Stdout.Fd()) && term.IsTermin
 // useColor honours NO_COLOR (https://no-color.org).
 func useColor() bool { return os.Getenv("NO_COLOR") == "" }
 
-// runDemo starts (or connects to) the database, creates the schema and a
-// pool, runs the workload with its reaper, and shows the dashboard; on a
-// terminal that is not one (or with --headless) it prints a line per poll.
-// Quitting stops the workload, the reaper and the embedded server.
-func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
+func (o *demoOptions) validate(*globals) error {
 	if o.poolSize <= 0 || o.poolSize > engine.MaxSeed {
 		return usageError{fmt.Errorf("--pool-size %d: give between 1 and %d", o.poolSize, engine.MaxSeed)}
 	}
@@ -70,9 +69,16 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
-	if err := checkInterval(o.watch.interval); err != nil {
-		return err
-	}
+	o.cfg = cfg
+	return checkInterval(o.watch.interval)
+}
+
+// run starts (or connects to) the database, creates the schema and a pool,
+// runs the workload with its reaper, and shows the dashboard; on a terminal
+// that is not one (or with --headless) it prints a line per poll. Quitting
+// stops the workload, the reaper and the embedded server.
+func (o *demoOptions) run(ctx context.Context, g *globals) error {
+	cfg := o.cfg
 	d, err := g.open(ctx, openOptions{appName: "pooltop-workload", maxConns: int32(o.maxConns), write: true, migrate: true, load: true})
 	if err != nil {
 		return err

@@ -14,7 +14,8 @@ import (
 	"github.com/pooltop-dev/pooltop/tui"
 )
 
-// watchOptions are the flags of pooltop watch.
+// watchOptions are the flags of pooltop watch, and the collector's
+// configuration validate makes of them.
 type watchOptions struct {
 	table    string
 	headless bool
@@ -22,6 +23,8 @@ type watchOptions struct {
 	interval time.Duration
 	stuck    time.Duration
 	alerts   collector.AlertConfig
+
+	cfg collector.Config // the collector's, made by validate
 }
 
 func (o *watchOptions) addFlags(c *cobra.Command) {
@@ -98,7 +101,8 @@ func newWatchCmd(g *globals) *cobra.Command {
 waits and who blocks whom, dead tuples and vacuum, burn rate and depletion
 ETA, alerts. Works with a role that has only SELECT on the table and
 pg_monitor (without pg_monitor it says what it cannot see), and on a table
-with only the article's columns. Sessions are read-only (application_name
+with only the basic columns (id, identifier, status, leased_until,
+lease_token, updated_at). Sessions are read-only (application_name
 pooltop-collector).
 
 Figures listed under "estimated" come from statistics or a rolling
@@ -107,29 +111,32 @@ count of a ten-million-row pool takes seconds and slows the workers.
 
   pooltop watch --dsn postgres://… --table public.resource_pool
   pooltop watch --dsn … --headless --json --count 10 --interval 1s`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if g.wantsEmbedded() {
-				return usageError{errors.New("watch needs a database to watch: pass --dsn (or set DATABASE_URL or PGHOST); run pooltop with no command for the demo")}
-			}
-			cfg, err := o.config(g, g.resolvedDSN())
-			if err != nil {
-				return err
-			}
-			col, err := collector.New(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			defer col.Close()
-			if o.headless || !isTerminal() {
-				return runHeadless(ctx, g, col, o)
-			}
-			return tui.Run(ctx, tui.Options{Source: col, Mode: "watch", Interval: o.interval, Color: useColor()})
-		},
+		RunE: runE(g, o),
 	}
 	o.addFlags(cmd)
 	cmd.Flags().BoolVar(&g.jsonOut, "json", false, "with --headless: one JSON object per line")
 	return cmd
+}
+
+func (o *watchOptions) validate(g *globals) error {
+	if g.wantsEmbedded() {
+		return usageError{errors.New("watch needs a database to watch: pass --dsn (or set DATABASE_URL or PGHOST); run pooltop with no command for the demo")}
+	}
+	cfg, err := o.config(g, g.resolvedDSN())
+	o.cfg = cfg
+	return err
+}
+
+func (o *watchOptions) run(ctx context.Context, g *globals) error {
+	col, err := collector.New(ctx, o.cfg)
+	if err != nil {
+		return err
+	}
+	defer col.Close()
+	if o.headless || !isTerminal() {
+		return runHeadless(ctx, g, col, o)
+	}
+	return tui.Run(ctx, tui.Options{Source: col, Mode: "watch", Interval: o.interval, Color: useColor()})
 }
 
 // runHeadless polls every interval and prints one line per poll.

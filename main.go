@@ -44,6 +44,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitCode(err)
 }
 
+// options is the contract of every command: its own flags live in a struct
+// that implements it, validate checks them (a usageError for bad input)
+// before anything is opened or written, and run does the work.
+type options interface {
+	validate(g *globals) error
+	run(ctx context.Context, g *globals) error
+}
+
+// runE is the RunE of every command: validate the options, then run them.
+func runE(g *globals, o options) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := o.validate(g); err != nil {
+			return err
+		}
+		return o.run(cmd.Context(), g)
+	}
+}
+
 // globals are the flags every command shares.
 type globals struct {
 	dsn         string
@@ -99,9 +117,7 @@ psql.
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		SilenceErrors:     true,
 		Args:              cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDemo(cmd.Context(), g, demo)
-		},
+		RunE:              runE(g, demo),
 	}
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w: see '%s --help'", err, cmd.CommandPath())}
