@@ -15,9 +15,9 @@ import (
 )
 
 // productionDB creates a database of its own on the test server, holding a
-// pool built by hand after the article in public (5,000 ids, 420 PENDING,
-// no marker): the database an on-call shell points at. It returns its URL
-// and a function that fingerprints everything in it.
+// hand-built pool in public (5,000 ids, 420 PENDING, no marker): the
+// database an on-call shell points at. It returns its URL and a function
+// that fingerprints everything in it.
 func productionDB(t *testing.T) (string, func() string) {
 	t.Helper()
 	ctx := context.Background()

@@ -170,7 +170,7 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 }
 
 // BenchmarkPollShapes measures, on each shape of shapes (ids consumed in
-// order; a leak of 10% with the states interleaved; the article's schema
+// order; a leak of 10% with the states interleaved; a hand-built pool
 // with no partial index on PENDING rows; 8 hash partitions), in one run: the
 // poll on the idle server, the poll under a 16-client pgbench claim load from
 // another process, the naive GROUP BY status in the same run, how many polls
@@ -215,7 +215,7 @@ func BenchmarkPollShapes(b *testing.B) {
 			}
 			sort.Float64s(idle)
 
-			// The load: an application's claim and commit cycle, as the article writes it.
+			// The load: an application's claim and commit cycle, one row at a time.
 			// (One row always comes back, 0 when the pool is empty, which pgbench
 			// would take for an error.)
 			script := "WITH c AS (UPDATE resource_pool SET status = 'PENDING', leased_until = now() + interval '30 seconds', updated_at = now()" +

@@ -33,7 +33,8 @@ type WorkloadSource interface {
 	RefreshLeaked(ctx context.Context) (int, error)
 }
 
-// AlertConfig holds the alert thresholds; the defaults are the article's.
+// AlertConfig holds the alert thresholds; a zero field takes the default,
+// the same as pooltop watch's flags.
 type AlertConfig struct {
 	LockWait        time.Duration // a session waits on a lock longer than this (50 ms: a claim should never wait)
 	DepletionWithin time.Duration // UNUSED runs out sooner than this at the current burn (15 min)
@@ -319,7 +320,7 @@ JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf ORDER BY c.relname`, t.oid)
 		return err
 	}
 	if cols["id"] == "" || cols["status"] == "" {
-		return fmt.Errorf("%s.%s has no id and status columns: it is not a resource pool (see the article's resource_pool)", schema, table)
+		return fmt.Errorf("%s.%s has no id and status columns: it is not a resource pool", schema, table)
 	}
 	// Every poll compares these columns: a type pooltop cannot compare would
 	// fail every poll, forever. Say so once, at start.
@@ -354,7 +355,8 @@ JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf ORDER BY c.relname`, t.oid)
 		return fmt.Errorf("this role has no SELECT on %s.%s: grant it (GRANT SELECT ON %s TO …)", schema, table, t.qualified)
 	}
 	// Partial indexes the fast paths rely on: on id for UNUSED rows, on
-	// leased_until for PENDING rows (as the article and the reaper have them).
+	// leased_until for PENDING rows (the one the claim uses, the one the
+	// reaper needs).
 	rows, err = c.pool.Query(ctx, `
 SELECT i.indexrelid::regclass::text, pg_get_expr(i.indpred, i.indrelid),
        coalesce((SELECT attname FROM pg_attribute WHERE attrelid = i.indrelid AND attnum = i.indkey[0]), '')

@@ -356,9 +356,9 @@ func TestStatisticsResetMidRun(t *testing.T) {
 	}
 }
 
-// A pool built after the article, in its own schema, with only the seed's
-// columns and no ledger, watched by a role with SELECT and pg_monitor only.
-func TestSeedOnlyTableInAnotherSchemaWithMinimalRole(t *testing.T) {
+// A hand-built pool, in its own schema, with only the basic columns and
+// no ledger, watched by a role with SELECT and pg_monitor only.
+func TestHandBuiltPoolInAnotherSchemaWithMinimalRole(t *testing.T) {
 	b := setup(t, 0)
 	ops := pgtest.Schema(t)
 	q := pgx.Identifier{ops}.Sanitize()

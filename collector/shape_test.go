@@ -26,7 +26,7 @@ type shape struct {
 var shapes = []shape{
 	{name: "ordered"},
 	{name: "leak", interleaved: true},
-	{name: "article", interleaved: true, ddl: `
+	{name: "hand-built", interleaved: true, ddl: `
 CREATE TABLE resource_pool (
     id BIGSERIAL PRIMARY KEY, identifier VARCHAR(255) UNIQUE NOT NULL, status VARCHAR(20) DEFAULT 'UNUSED',
     leased_until TIMESTAMPTZ, lease_token BIGINT DEFAULT 0, updated_at TIMESTAMPTZ DEFAULT NOW());

@@ -16,8 +16,8 @@ type LeaseAcquireParams struct {
 	TTL      time.Duration // lease length from the database clock; ignored with NoLease
 	N        int           // how many ids to claim, 1..MaxBatch
 	Strategy Strategy
-	// NoLease claims rows PENDING without an expiry, as the article's first
-	// version did: a crashed holder leaks the id forever.
+	// NoLease claims rows PENDING without an expiry, as a first design
+	// often does: a crashed holder leaks the id forever.
 	NoLease bool
 }
 
@@ -286,8 +286,8 @@ type LeaseTransferParams struct {
 	TTL   time.Duration // 0 keeps the current expiry; otherwise a fresh lease of TTL
 }
 
-// Transfer hands a live lease to another holder with a higher token (seed
-// 002): the old holder's token is stale from now on.
+// Transfer hands a live lease to another holder with a higher token: the
+// old holder's token is stale from now on.
 const sqlTransfer = `
 UPDATE resource_pool
 SET holder = $3, lease_token = lease_token + 1,

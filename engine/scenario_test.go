@@ -13,9 +13,9 @@ import (
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 )
 
-// Seed 002's experiment: A holds, transfers to B; B's token is higher; A's
-// commit with its old token is rejected at the ledger; B's is accepted.
-func TestSeed002TransferRejectsOldHolder(t *testing.T) {
+// A hand-over: A holds, transfers to B; B's token is higher; A's commit
+// with its old token is rejected at the ledger; B's is accepted.
+func TestTransferRejectsOldHolder(t *testing.T) {
 	b := setup(t, 1)
 	a := b.acquire(t, "worker-a", time.Minute)
 	bl, err := b.eng.LeaseTransfer(b.ctx, &engine.LeaseTransferParams{ID: a.ID, Token: a.Token, To: "worker-b"})
@@ -42,21 +42,21 @@ func TestSeed002TransferRejectsOldHolder(t *testing.T) {
 	}
 }
 
-// Seed 000's resurrection timeline: A acquires, pauses past its TTL, the
-// reaper reclaims, B acquires, A wakes and commits (rejected), B commits
-// (accepted); exactly one effect.
-func TestSeed000ResurrectionTimeline(t *testing.T) {
+// A zombie's resurrection, step by step: A acquires, pauses past its TTL,
+// the reaper reclaims, B acquires, A wakes and commits (rejected), B
+// commits (accepted); exactly one effect.
+func TestZombieResurrectionTimeline(t *testing.T) {
 	b := setup(t, 1)
-	a := b.acquire(t, "pod-a", 20*time.Millisecond) // T0
-	b.waitExpired(t, a)                             // T1..T31: A is frozen
+	a := b.acquire(t, "pod-a", 20*time.Millisecond)
+	b.waitExpired(t, a) // A is frozen past its lease
 	reaper, err := b.eng.NewReaper(engine.ReaperConfig{Batch: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := reaper.RunOnce(b.ctx); err != nil || n != 1 { // T31
+	if n, err := reaper.RunOnce(b.ctx); err != nil || n != 1 {
 		t.Fatalf("reaper: %v, reclaimed %d", err, n)
 	}
-	bl := b.acquire(t, "pod-b", time.Minute) // T32
+	bl := b.acquire(t, "pod-b", time.Minute)
 	if bl.ID != a.ID || bl.Token <= a.Token {
 		t.Fatalf("B got %+v, want id %d with a token above %d", bl, a.ID, a.Token)
 	}

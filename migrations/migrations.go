@@ -3,7 +3,7 @@
 // all create exactly the same tables.
 //
 // A schema that already holds a resource_pool pooltop did not create (a pool
-// built after the article, often in production) is adopted only when the
+// built by hand, often in production) is adopted only when the
 // caller allows it: Inspect reads what is there without writing, Plan says
 // every statement Apply would run (migrate --dry-run prints them), and on a
 // table that holds rows the partial indexes are built CONCURRENTLY, so that
@@ -257,7 +257,7 @@ type Step struct {
 	Goose bool
 }
 
-// contract lists the article's columns, the types pooltop works with, and how a
+// contract lists the basic columns, the types pooltop works with, and how a
 // missing one is added (the migration adds them all with IF NOT EXISTS).
 var contract = []struct {
 	name  string
@@ -279,7 +279,7 @@ func checkAdoptable(st *State) error {
 		typ, ok := st.Columns[c.name]
 		if !ok {
 			if c.add == "" {
-				return fmt.Errorf("%w: it has no %s column: pooltop needs the article's columns (id, identifier, status, leased_until, lease_token, updated_at)", ErrIncompatible, c.name)
+				return fmt.Errorf("%w: it has no %s column: pooltop needs the basic columns (id, identifier, status, leased_until, lease_token, updated_at)", ErrIncompatible, c.name)
 			}
 			continue
 		}
