@@ -32,8 +32,7 @@ type benchOptions struct {
 }
 
 func newBenchCmd(g *globals) *cobra.Command {
-	o := &benchOptions{}
-	cmd := &cobra.Command{
+	return g.command(&benchOptions{}, &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the claim strategies side by side, with pgbench as the ceiling",
 		Long: `Run the full acquire → fenced commit cycle for each strategy at each worker
@@ -52,14 +51,10 @@ millisecond; across a network each of its round trips adds to that time (at
 and the waiting line behind the lock grows with it.
 Go's timers overshoot by about 0.1 ms, so 1ms is about 1.1 ms per exchange.`,
 		PreRun: func(cmd *cobra.Command, _ []string) { scratchDefault(g, cmd, "bench") },
-		RunE:   runE(g, o),
-	}
-	o.addFlags(cmd)
-	g.loadFlags(cmd, "print JSON")
-	return cmd
+	})
 }
 
-func (o *benchOptions) addFlags(c *cobra.Command) {
+func (o *benchOptions) addFlags(c *cobra.Command, g *globals) {
 	f := c.Flags()
 	f.StringVar(&o.strategies, "strategies", "skip-locked,blocking,optimistic,batched", "comma-separated: skip-locked, blocking, optimistic, batched")
 	f.StringVar(&o.workers, "workers", "1,8,32,64", "comma-separated worker counts")
@@ -70,6 +65,7 @@ func (o *benchOptions) addFlags(c *cobra.Command) {
 	f.IntVar(&o.maxConns, "max-conns", 16, "connections the workers share: more workers queue in Go, not in PostgreSQL")
 	f.IntVar(&o.batch, "batch", 1000, "ids per claim and per commit in the batched mode")
 	f.DurationVar(&o.rtt, "rtt", 0, "simulated network round trip added to every exchange with the server (e.g. 1ms)")
+	g.loadFlags(c, "print JSON")
 }
 
 func (o *benchOptions) validate(g *globals) error {

@@ -32,12 +32,11 @@ type chaosOptions struct {
 }
 
 func newChaosCmd(g *globals) *cobra.Command {
-	o := &chaosOptions{}
 	var names []string
 	for _, s := range workload.Scenarios {
 		names = append(names, fmt.Sprintf("  %-20s %s", s.Name, s.About))
 	}
-	cmd := &cobra.Command{
+	return g.command(&chaosOptions{}, &cobra.Command{
 		Use:   "chaos",
 		Short: "Run a failure scenario headless, then audit the database",
 		Long: `Run a scenario for --duration with its faults, stop the faults and the
@@ -50,14 +49,10 @@ an invariant is violated.
 Scenarios:
 ` + strings.Join(names, "\n"),
 		PreRun: func(cmd *cobra.Command, _ []string) { scratchDefault(g, cmd, "chaos") },
-		RunE:   runE(g, o),
-	}
-	o.addFlags(cmd)
-	g.loadFlags(cmd, "print the summary as JSON")
-	return cmd
+	})
 }
 
-func (o *chaosOptions) addFlags(c *cobra.Command) {
+func (o *chaosOptions) addFlags(c *cobra.Command, g *globals) {
 	f := c.Flags()
 	f.StringVar(&o.scenario, "scenario", "healthy", "scenario to run (see above)")
 	f.DurationVar(&o.duration, "duration", 30*time.Second, "how long the faults run")
@@ -67,6 +62,7 @@ func (o *chaosOptions) addFlags(c *cobra.Command) {
 	f.Float64Var(&o.crash, "crash-rate", 0, "override the chance per cycle that a worker dies holding its leases")
 	f.Float64Var(&o.pause, "pause-rate", 0, "override the chance per cycle that a worker freezes past its lease")
 	o.changed = f.Changed
+	g.loadFlags(c, "print the summary as JSON")
 }
 
 // override sets in c the scenario settings given as flags.

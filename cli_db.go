@@ -218,8 +218,8 @@ func (g *globals) migrate(ctx context.Context, dsn, from string, o migrations.Op
 // loadFlags adds the flags of the commands that generate load (bench,
 // chaos): --json, described by jsonHelp, and --allow-writes.
 func (g *globals) loadFlags(c *cobra.Command, jsonHelp string) {
-	c.Flags().BoolVar(&g.jsonOut, "json", false, jsonHelp)
-	c.Flags().BoolVar(&g.allowWrites, "allow-writes", false, "with --dsn: run even in a database where pooltop created no pool")
+	g.jsonFlag(c, jsonHelp)
+	g.allowWritesFlag(c, "with --dsn: run even in a database where pooltop created no pool")
 }
 
 // scratchDefault gives bench and chaos a schema of their own, pooltop_ and

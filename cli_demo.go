@@ -28,7 +28,7 @@ type demoOptions struct {
 	cfg workload.Config // the workload's, made by validate
 }
 
-func (o *demoOptions) addFlags(c *cobra.Command) {
+func (o *demoOptions) addFlags(c *cobra.Command, g *globals) {
 	f := c.Flags()
 	f.IntVar(&o.poolSize, "pool-size", 200_000, "ids to create when the pool is empty")
 	f.IntVar(&o.workers, "workers", 8, "simulated workers at start")
@@ -40,6 +40,7 @@ func (o *demoOptions) addFlags(c *cobra.Command) {
 	f.BoolVar(&o.watch.headless, "headless", false, "print one line per poll instead of the dashboard")
 	f.DurationVar(&o.watch.interval, "interval", time.Second, "time between polls (0.25s to 60s)")
 	f.IntVar(&o.watch.count, "count", 0, "with --headless: stop after this many polls (0: until Ctrl-C)")
+	g.allowWritesFlag(c, "with --dsn: run even where pooltop did not create the pool (its ids are consumed)")
 }
 
 // isTerminal reports whether the dashboard can run here.

@@ -19,8 +19,7 @@ type migrateOptions struct {
 }
 
 func newMigrateCmd(g *globals) *cobra.Command {
-	o := &migrateOptions{}
-	cmd := &cobra.Command{
+	return g.command(&migrateOptions{}, &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the pooltop schema (idempotent, safe to run concurrently)",
 		Long: `Create or upgrade the pooltop schema in --schema: resource_pool (the basic
@@ -38,16 +37,13 @@ business_ledger and pooltop_meta are created. --dry-run prints every
 statement without running any.
 
 The database comes from --dsn, else DATABASE_URL, else the PG* variables.`,
-		RunE: runE(g, o),
-	}
-	cmd.Flags().BoolVar(&g.jsonOut, "json", false, "print JSON")
-	o.addFlags(cmd)
-	cmd.Flags().BoolVar(&g.allowWrites, "allow-writes", false, "adopt a resource_pool that pooltop did not create")
-	return cmd
+	})
 }
 
-func (o *migrateOptions) addFlags(c *cobra.Command) {
+func (o *migrateOptions) addFlags(c *cobra.Command, g *globals) {
 	c.Flags().BoolVar(&o.dryRun, "dry-run", false, "print the statements without running any")
+	g.jsonFlag(c, "print JSON")
+	g.allowWritesFlag(c, "adopt a resource_pool that pooltop did not create")
 }
 
 func (o *migrateOptions) validate(g *globals) error {

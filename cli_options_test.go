@@ -11,20 +11,13 @@ import (
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
-// flagged is a command's options as the table tests drive them: the flags
-// bound to a command, then validate.
-type flagged interface {
-	options
-	addFlags(c *cobra.Command)
-}
-
 // validated binds o's flags with their defaults, parses args into them and
 // returns what validate makes of them. No database is involved: validate
 // runs before anything is opened.
-func validated(t *testing.T, o flagged, g *globals, args ...string) error {
+func validated(t *testing.T, o options, g *globals, args ...string) error {
 	t.Helper()
 	c := &cobra.Command{Use: "test"}
-	o.addFlags(c)
+	o.addFlags(c, g)
 	if err := c.ParseFlags(args); err != nil {
 		t.Fatalf("parse %q: %v", args, err)
 	}
@@ -36,15 +29,15 @@ func validated(t *testing.T, o flagged, g *globals, args ...string) error {
 // "" for a command line that validates.
 type optionsCase struct {
 	name string
-	new  func() flagged
+	new  func() options
 	g    globals
 	args []string
 	want string
 }
 
 func TestOptionsValidate(t *testing.T) {
-	bench := func() flagged { return &benchOptions{} }
-	chaos := func() flagged { return &chaosOptions{} }
+	bench := func() options { return &benchOptions{} }
+	chaos := func() options { return &chaosOptions{} }
 	benchDB := globals{schema: "pooltop_bench"}
 	chaosDB := globals{schema: "pooltop_chaos"}
 	watched := globals{dsn: "postgres://pooltop@127.0.0.1:1/pool", schema: "public"}
@@ -75,32 +68,32 @@ func TestOptionsValidate(t *testing.T) {
 		{"chaos crash rate above one", chaos, chaosDB, []string{"--crash-rate", "2"}, "crash rate"},
 		{"chaos negative pause rate", chaos, chaosDB, []string{"--pause-rate", "-1"}, "pause rate"},
 
-		{"verify defaults", func() flagged { return &verifyOptions{} }, globals{}, nil, ""},
-		{"verify negative grace", func() flagged { return &verifyOptions{} }, globals{}, []string{"--grace", "-1s"}, "--grace"},
+		{"verify defaults", func() options { return &verifyOptions{} }, globals{}, nil, ""},
+		{"verify negative grace", func() options { return &verifyOptions{} }, globals{}, []string{"--grace", "-1s"}, "--grace"},
 
-		{"seed without a count", func() flagged { return &seedOptions{} }, globals{}, nil, "--count"},
-		{"seed too many", func() flagged { return &seedOptions{} }, globals{}, []string{"--count", "999999999999"}, "--count"},
-		{"seed a count", func() flagged { return &seedOptions{} }, globals{}, []string{"--count", "10"}, ""},
+		{"seed without a count", func() options { return &seedOptions{} }, globals{}, nil, "--count"},
+		{"seed too many", func() options { return &seedOptions{} }, globals{}, []string{"--count", "999999999999"}, "--count"},
+		{"seed a count", func() options { return &seedOptions{} }, globals{}, []string{"--count", "10"}, ""},
 
-		{"migrate an unsafe schema name", func() flagged { return &migrateOptions{} }, globals{dsn: watched.dsn, schema: "bad;name"}, nil, "--schema"},
-		{"migrate a schema of PostgreSQL's", func() flagged { return &migrateOptions{} }, globals{dsn: watched.dsn, schema: "pg_catalog"}, nil, "--schema"},
-		{"migrate", func() flagged { return &migrateOptions{} }, watched, []string{"--dry-run"}, ""},
+		{"migrate an unsafe schema name", func() options { return &migrateOptions{} }, globals{dsn: watched.dsn, schema: "bad;name"}, nil, "--schema"},
+		{"migrate a schema of PostgreSQL's", func() options { return &migrateOptions{} }, globals{dsn: watched.dsn, schema: "pg_catalog"}, nil, "--schema"},
+		{"migrate", func() options { return &migrateOptions{} }, watched, []string{"--dry-run"}, ""},
 
-		{"watch defaults", func() flagged { return &watchOptions{} }, watched, nil, ""},
-		{"watch polls too often", func() flagged { return &watchOptions{} }, watched, []string{"--interval", "1ms"}, "--interval"},
-		{"watch negative count", func() flagged { return &watchOptions{} }, watched, []string{"--count", "-1"}, "--count"},
-		{"watch a table name with two dots", func() flagged { return &watchOptions{} }, watched, []string{"--table", "a.b.c"}, "--table"},
-		{"watch a zero lock wait", func() flagged { return &watchOptions{} }, watched, []string{"--alert-lock-wait", "0"}, "--alert-lock-wait"},
-		{"watch a dead ratio above one", func() flagged { return &watchOptions{} }, watched, []string{"--alert-dead-ratio", "2"}, "--alert-dead-ratio"},
-		{"watch a connections ratio of NaN", func() flagged { return &watchOptions{} }, watched, []string{"--alert-connections", "NaN"}, "--alert-connections"},
+		{"watch defaults", func() options { return &watchOptions{} }, watched, nil, ""},
+		{"watch polls too often", func() options { return &watchOptions{} }, watched, []string{"--interval", "1ms"}, "--interval"},
+		{"watch negative count", func() options { return &watchOptions{} }, watched, []string{"--count", "-1"}, "--count"},
+		{"watch a table name with two dots", func() options { return &watchOptions{} }, watched, []string{"--table", "a.b.c"}, "--table"},
+		{"watch a zero lock wait", func() options { return &watchOptions{} }, watched, []string{"--alert-lock-wait", "0"}, "--alert-lock-wait"},
+		{"watch a dead ratio above one", func() options { return &watchOptions{} }, watched, []string{"--alert-dead-ratio", "2"}, "--alert-dead-ratio"},
+		{"watch a connections ratio of NaN", func() options { return &watchOptions{} }, watched, []string{"--alert-connections", "NaN"}, "--alert-connections"},
 
-		{"demo defaults", func() flagged { return &demoOptions{} }, globals{}, nil, ""},
-		{"demo empty pool", func() flagged { return &demoOptions{} }, globals{}, []string{"--pool-size", "0"}, "--pool-size"},
-		{"demo no connection", func() flagged { return &demoOptions{} }, globals{}, []string{"--max-conns", "0"}, "--max-conns"},
-		{"demo unknown scenario", func() flagged { return &demoOptions{} }, globals{}, []string{"--scenario", "nope"}, `scenario "nope"`},
-		{"demo negative workers", func() flagged { return &demoOptions{} }, globals{}, []string{"--workers", "-1"}, "workers"},
-		{"demo polls too often", func() flagged { return &demoOptions{} }, globals{}, []string{"--interval", "1ms"}, "--interval"},
-		{"demo negative reaper batch", func() flagged { return &demoOptions{} }, globals{}, []string{"--reaper-batch", "-1"}, "reaper batch"},
+		{"demo defaults", func() options { return &demoOptions{} }, globals{}, nil, ""},
+		{"demo empty pool", func() options { return &demoOptions{} }, globals{}, []string{"--pool-size", "0"}, "--pool-size"},
+		{"demo no connection", func() options { return &demoOptions{} }, globals{}, []string{"--max-conns", "0"}, "--max-conns"},
+		{"demo unknown scenario", func() options { return &demoOptions{} }, globals{}, []string{"--scenario", "nope"}, `scenario "nope"`},
+		{"demo negative workers", func() options { return &demoOptions{} }, globals{}, []string{"--workers", "-1"}, "workers"},
+		{"demo polls too often", func() options { return &demoOptions{} }, globals{}, []string{"--interval", "1ms"}, "--interval"},
+		{"demo negative reaper batch", func() options { return &demoOptions{} }, globals{}, []string{"--reaper-batch", "-1"}, "reaper batch"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -17,23 +17,19 @@ type seedOptions struct {
 }
 
 func newSeedCmd(g *globals) *cobra.Command {
-	o := &seedOptions{}
-	cmd := &cobra.Command{
+	return g.command(&seedOptions{}, &cobra.Command{
 		Use:   "seed",
 		Short: "Add --count free ids to the pool",
 		Long: `Add --count UNUSED ids to the pool, as a producer decoupled from the
 consumers would, then ANALYZE the table. Identifiers are res-NNNNNNNNNN past
 the highest id, so seeding again adds more.`,
-		RunE: runE(g, o),
-	}
-	o.addFlags(cmd)
-	cmd.Flags().BoolVar(&g.jsonOut, "json", false, "print JSON")
-	cmd.Flags().BoolVar(&g.allowWrites, "allow-writes", false, "write even if the database lacks the pooltop marker")
-	return cmd
+	})
 }
 
-func (o *seedOptions) addFlags(c *cobra.Command) {
+func (o *seedOptions) addFlags(c *cobra.Command, g *globals) {
 	c.Flags().IntVar(&o.count, "count", 0, "how many ids to add (required)")
+	g.jsonFlag(c, "print JSON")
+	g.allowWritesFlag(c, "write even if the database lacks the pooltop marker")
 }
 
 func (o *seedOptions) validate(*globals) error {

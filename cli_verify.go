@@ -15,8 +15,7 @@ type verifyOptions struct {
 }
 
 func newVerifyCmd(g *globals) *cobra.Command {
-	o := &verifyOptions{}
-	cmd := &cobra.Command{
+	return g.command(&verifyOptions{}, &cobra.Command{
 		Use:   "verify",
 		Short: "Audit a pooltop database's invariants; exit 6 on a violation",
 		Long: `Audit any pooltop database: conservation (every id UNUSED, PENDING or
@@ -24,15 +23,12 @@ CONSUMED), at most one effect per id, no effect with a stale token, no
 CONSUMED id without its effect, no PENDING id without a lease, and no lease
 expired for longer than --grace (the reaper lags or is off). Reads only, but
 scans both tables. Exit 0 when all hold, 6 on a violation.`,
-		RunE: runE(g, o),
-	}
-	o.addFlags(cmd)
-	cmd.Flags().BoolVar(&g.jsonOut, "json", false, "print JSON")
-	return cmd
+	})
 }
 
-func (o *verifyOptions) addFlags(c *cobra.Command) {
+func (o *verifyOptions) addFlags(c *cobra.Command, g *globals) {
 	c.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "how long past expiry a lease may wait for the reaper")
+	g.jsonFlag(c, "print JSON")
 }
 
 func (o *verifyOptions) validate(*globals) error {

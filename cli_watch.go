@@ -27,7 +27,7 @@ type watchOptions struct {
 	cfg collector.Config // the collector's, made by validate
 }
 
-func (o *watchOptions) addFlags(c *cobra.Command) {
+func (o *watchOptions) addFlags(c *cobra.Command, g *globals) {
 	f := c.Flags()
 	f.StringVar(&o.table, "table", "", "the pool table as schema.table (default: --schema's resource_pool)")
 	f.BoolVar(&o.headless, "headless", false, "print one snapshot per poll instead of the dashboard")
@@ -39,6 +39,7 @@ func (o *watchOptions) addFlags(c *cobra.Command) {
 	f.DurationVar(&o.alerts.ExpiredAfter, "alert-expired", time.Second, "alert when a lease expired longer ago than this is still PENDING (one reaper interval)")
 	f.Float64Var(&o.alerts.DeadRatio, "alert-dead-ratio", 0.2, "alert when dead tuples exceed this fraction of the table")
 	f.Float64Var(&o.alerts.Connections, "alert-connections", 0.9, "alert when connections exceed this fraction of max_connections")
+	g.jsonFlag(c, "with --headless: one JSON object per line")
 }
 
 func (o *watchOptions) config(g *globals, dsn string) (collector.Config, error) {
@@ -93,8 +94,7 @@ func checkInterval(d time.Duration) error {
 }
 
 func newWatchCmd(g *globals) *cobra.Command {
-	o := &watchOptions{}
-	cmd := &cobra.Command{
+	return g.command(&watchOptions{}, &cobra.Command{
 		Use:   "watch",
 		Short: "Watch an existing pool, read-only (dashboard, or --headless snapshots)",
 		Long: `Watch an existing pool without writing anything: counts by status, lock
@@ -111,11 +111,7 @@ count of a ten-million-row pool takes seconds and slows the workers.
 
   pooltop watch --dsn postgres://… --table public.resource_pool
   pooltop watch --dsn … --headless --json --count 10 --interval 1s`,
-		RunE: runE(g, o),
-	}
-	o.addFlags(cmd)
-	cmd.Flags().BoolVar(&g.jsonOut, "json", false, "with --headless: one JSON object per line")
-	return cmd
+	})
 }
 
 func (o *watchOptions) validate(g *globals) error {
