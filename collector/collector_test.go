@@ -31,10 +31,7 @@ type bundle struct {
 
 func setup(t *testing.T, size int) *bundle {
 	t.Helper()
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	db := pgtest.NewSeeded(t, ctx, size, pgtest.Options{MaxConns: 4})
+	ctx, db := pgtest.Setup(t, size, pgtest.Options{MaxConns: 4})
 	return &bundle{ctx: ctx, schema: db.Schema, conn: pgtest.Conn(t, db.Schema), eng: db.Engine}
 }
 
@@ -217,12 +214,7 @@ func TestSweepCoversARangeTheHeadRunsThrough(t *testing.T) {
 
 func TestLockWaitsAndBlockingTree(t *testing.T) {
 	b := setup(t, 10)
-	holder := pgtest.Conn(t, b.schema)
-	tx, err := holder.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx)
+	tx := pgtest.PeerTx(t, b.ctx, b.schema)
 	var holderPID int32
 	if err := tx.QueryRow(b.ctx, "SELECT pg_backend_pid()").Scan(&holderPID); err != nil {
 		t.Fatal(err)

@@ -248,12 +248,7 @@ func TestPartitionedPoolStatisticsAndLockWaits(t *testing.T) {
 	if s.WorstPartition.Partitions != 8 || s.WorstPartition.DeadRatio <= 0 || s.Pool.Total != 8000 {
 		t.Fatalf("worst partition %+v, total %d", s.WorstPartition, s.Pool.Total)
 	}
-	holder := pgtest.Conn(t, schema)
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // rolled back at the end
+	tx := pgtest.PeerTx(t, ctx, schema)
 	if _, err := tx.Exec(ctx, "UPDATE resource_pool SET updated_at = now() WHERE id = 42"); err != nil {
 		t.Fatal(err)
 	}

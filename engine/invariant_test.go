@@ -172,12 +172,7 @@ func TestInvariantAcquireNeverWaits(t *testing.T) {
 	defer pool.Close()
 	eng := engine.New(pool)
 
-	peer := pgtest.Conn(t, b.schema)
-	tx, err := peer.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx)
+	tx := pgtest.PeerTx(t, b.ctx, b.schema)
 	var lockedID int64
 	if err := tx.QueryRow(b.ctx, "SELECT id FROM resource_pool ORDER BY id LIMIT 2 FOR UPDATE").Scan(&lockedID); err != nil {
 		t.Fatal(err)
@@ -210,12 +205,7 @@ func isLockTimeout(err error) bool {
 // the claim (FOR NO KEY UPDATE) must not skip or wait on that row.
 func TestAcquireClaimsRowUnderKeyShare(t *testing.T) {
 	b := setup(t, 3)
-	peer := pgtest.Conn(t, b.schema)
-	tx, err := peer.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx)
+	tx := pgtest.PeerTx(t, b.ctx, b.schema)
 	var first int64
 	if err := tx.QueryRow(b.ctx, "SELECT id FROM resource_pool ORDER BY id LIMIT 1 FOR KEY SHARE").Scan(&first); err != nil {
 		t.Fatal(err)
@@ -282,12 +272,8 @@ func TestInvariantFenceAtSystemOfRecord(t *testing.T) {
 	b := setup(t, 1)
 	l := b.acquire(t, "a", time.Minute)
 
-	reaper := pgtest.Conn(t, b.schema)
-	tx, err := reaper.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The "reaper" takes the row and bumps its token, not yet committed.
+	// The "reaper", a peer, takes the row and bumps its token, not yet committed.
+	tx := pgtest.PeerTx(t, b.ctx, b.schema)
 	if _, err := tx.Exec(b.ctx, `UPDATE resource_pool SET status = 'UNUSED', holder = NULL, leased_until = NULL,
 		lease_token = lease_token + 1 WHERE id = $1`, l.ID); err != nil {
 		t.Fatal(err)

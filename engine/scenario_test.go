@@ -391,12 +391,7 @@ func TestStrategiesUnderConcurrency(t *testing.T) {
 
 func TestOptimisticConflictIsCountedAndRetried(t *testing.T) {
 	b := setup(t, 3)
-	peer := pgtest.Conn(t, b.schema)
-	tx, err := peer.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx)
+	tx := pgtest.PeerTx(t, b.ctx, b.schema)
 	var first int64
 	// Another worker wins the first row but has not committed yet.
 	if err := tx.QueryRow(b.ctx, `UPDATE resource_pool SET status = 'PENDING', holder = 'peer', lease_token = lease_token + 1

@@ -144,12 +144,7 @@ func TestAdoptionNeverBlocksWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An application transaction in flight: it holds a row lock on the pool.
-	app := pgtest.Conn(t, schema)
-	tx, err := app.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	tx := pgtest.PeerTx(t, ctx, schema) // committed below
 	if _, err := tx.Exec(ctx, "UPDATE resource_pool SET status = 'PENDING', updated_at = now() WHERE id = 10"); err != nil {
 		t.Fatal(err)
 	}
@@ -159,8 +154,7 @@ func TestAdoptionNeverBlocksWriters(t *testing.T) {
 		done <- err
 	}()
 	// Wait until the index build waits for the application's transaction.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pgtest.Eventually(t, "the index build waiting for the open transaction", 20*time.Second, func() bool {
 		var waiting bool
 		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE query LIKE 'CREATE INDEX%' AND wait_event_type = 'Lock')`).Scan(&waiting)
@@ -168,18 +162,15 @@ func TestAdoptionNeverBlocksWriters(t *testing.T) {
 			t.Fatal(err)
 		}
 		if waiting {
-			break
+			return true
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("migration ended before waiting for the open transaction: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the index build never waited for the open transaction")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 	// Another worker claims and writes meanwhile, without waiting.
 	worker := pgtest.Conn(t, schema)
 	if _, err := worker.Exec(ctx, "SET lock_timeout = '1s'"); err != nil {

@@ -24,22 +24,8 @@ type bundle struct {
 
 func setup(t *testing.T, size int) *bundle {
 	t.Helper()
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return &bundle{ctx: ctx, eng: pgtest.NewSeeded(t, ctx, size, pgtest.Options{MaxConns: 40}).Engine}
-}
-
-// poll waits for cond with a deadline.
-func poll(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	ctx, db := pgtest.Setup(t, size, pgtest.Options{MaxConns: 40})
+	return &bundle{ctx: ctx, eng: db.Engine}
 }
 
 func (b *bundle) audit(t *testing.T) engine.AuditReport {
@@ -62,14 +48,14 @@ func TestKnobsChangeWhileRunningAndStopCleanly(t *testing.T) {
 	wl.Start(b.ctx)
 	defer wl.Stop()
 	pending := func() int64 { return b.audit(t).Pending }
-	poll(t, "4 workers holding leases", 10*time.Second, func() bool { return wl.Snapshot().Workers == 4 && pending() == 4 })
+	pgtest.Eventually(t, "4 workers holding leases", 10*time.Second, func() bool { return wl.Snapshot().Workers == 4 && pending() == 4 })
 
 	cfg.Workers = 1
 	if err := wl.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
 	// The three stopped workers release their leases on the way out.
-	poll(t, "down to 1 worker", 10*time.Second, func() bool { return wl.Snapshot().Workers == 1 && pending() == 1 })
+	pgtest.Eventually(t, "down to 1 worker", 10*time.Second, func() bool { return wl.Snapshot().Workers == 1 && pending() == 1 })
 	if s := wl.Snapshot(); s.Released != 3 {
 		t.Fatalf("released %d, want 3", s.Released)
 	}
@@ -78,7 +64,7 @@ func TestKnobsChangeWhileRunningAndStopCleanly(t *testing.T) {
 	if err := wl.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "6 workers cycling", 10*time.Second, func() bool { s := wl.Snapshot(); return s.Workers == 6 && s.Committed > 100 })
+	pgtest.Eventually(t, "6 workers cycling", 10*time.Second, func() bool { s := wl.Snapshot(); return s.Workers == 6 && s.Committed > 100 })
 
 	bad := cfg
 	bad.Workers = workload.MaxWorkers + 1
@@ -110,13 +96,13 @@ func TestStrategyAndFencingKnobsApplyWithinACycle(t *testing.T) {
 	}
 	wl.Start(b.ctx)
 	defer wl.Stop()
-	poll(t, "cycles", 10*time.Second, func() bool { return wl.Snapshot().Committed > 50 })
+	pgtest.Eventually(t, "cycles", 10*time.Second, func() bool { return wl.Snapshot().Committed > 50 })
 	cfg.Strategy = engine.Optimistic
 	cfg.Workers = 8
 	if err := wl.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "optimistic conflicts", 20*time.Second, func() bool { return wl.Snapshot().Conflicts > 0 })
+	pgtest.Eventually(t, "optimistic conflicts", 20*time.Second, func() bool { return wl.Snapshot().Conflicts > 0 })
 	// Reset, with no worker running so that nothing counts meanwhile:
 	// every counter starts again from zero. Workers told to stop go on
 	// counting until they exit: the counters never dip on the way.
@@ -125,7 +111,7 @@ func TestStrategyAndFencingKnobsApplyWithinACycle(t *testing.T) {
 	if err := wl.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "workers stopped", 10*time.Second, func() bool { s := wl.Snapshot(); return s.Workers == 0 && s.Stopping == 0 })
+	pgtest.Eventually(t, "workers stopped", 10*time.Second, func() bool { s := wl.Snapshot(); return s.Workers == 0 && s.Stopping == 0 })
 	before := wl.Snapshot()
 	if before.Committed < running.Committed || before.AcquireCalls < running.AcquireCalls {
 		t.Fatalf("counters dipped as workers stopped: %d commits, %d acquire calls while running, %d and %d after",
@@ -140,7 +126,7 @@ func TestStrategyAndFencingKnobsApplyWithinACycle(t *testing.T) {
 	if err := wl.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "commits without leases", 10*time.Second, func() bool { return wl.Snapshot().Committed > 50 })
+	pgtest.Eventually(t, "commits without leases", 10*time.Second, func() bool { return wl.Snapshot().Committed > 50 })
 	wl.Stop()
 	if a := b.audit(t); len(a.Violations) != 0 {
 		t.Fatalf("violations: %v", a.Violations)
@@ -157,7 +143,7 @@ func TestRefillTopsUpThePool(t *testing.T) {
 	}
 	wl.Start(b.ctx)
 	defer wl.Stop()
-	poll(t, "refilled ids", 10*time.Second, func() bool { return b.audit(t).Unused >= 400 })
+	pgtest.Eventually(t, "refilled ids", 10*time.Second, func() bool { return b.audit(t).Unused >= 400 })
 	if s := wl.Snapshot(); s.Refilled < 400 {
 		t.Fatalf("refilled %d", s.Refilled)
 	}
@@ -253,7 +239,7 @@ func TestWorkloadStartStopRestart(t *testing.T) {
 	wl.Stop()
 	before := wl.Snapshot().Committed
 	wl.Start(b.ctx)
-	poll(t, "commits after a restart", 30*time.Second, func() bool { return wl.Snapshot().Committed > before+10 })
+	pgtest.Eventually(t, "commits after a restart", 30*time.Second, func() bool { return wl.Snapshot().Committed > before+10 })
 	wl.Stop()
 	if s := wl.Snapshot(); s.Workers != 0 {
 		t.Fatalf("%d workers after Stop", s.Workers)
