@@ -7,6 +7,7 @@
 package collector
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,34 +69,16 @@ const (
 )
 
 func (c *Config) defaults() error {
-	if c.Table == "" {
-		c.Table = "public.resource_pool"
-	}
-	if c.StuckAfter == 0 {
-		c.StuckAfter = 5 * time.Minute
-	}
-	if c.History == 0 {
-		c.History = 3600
-	}
-	if c.CountBudget == 0 {
-		c.CountBudget = time.Millisecond
-	}
+	c.Table = cmp.Or(c.Table, "public.resource_pool")
+	c.StuckAfter = cmp.Or(c.StuckAfter, 5*time.Minute)
+	c.History = cmp.Or(c.History, 3600)
+	c.CountBudget = cmp.Or(c.CountBudget, time.Millisecond)
 	a := &c.Alerts
-	if a.LockWait == 0 {
-		a.LockWait = 50 * time.Millisecond
-	}
-	if a.DepletionWithin == 0 {
-		a.DepletionWithin = 15 * time.Minute
-	}
-	if a.ExpiredAfter == 0 {
-		a.ExpiredAfter = time.Second
-	}
-	if a.DeadRatio == 0 {
-		a.DeadRatio = 0.2
-	}
-	if a.Connections == 0 {
-		a.Connections = 0.9
-	}
+	a.LockWait = cmp.Or(a.LockWait, 50*time.Millisecond)
+	a.DepletionWithin = cmp.Or(a.DepletionWithin, 15*time.Minute)
+	a.ExpiredAfter = cmp.Or(a.ExpiredAfter, time.Second)
+	a.DeadRatio = cmp.Or(a.DeadRatio, 0.2)
+	a.Connections = cmp.Or(a.Connections, 0.9)
 	switch {
 	case c.StuckAfter < 0 || c.History < 1 || c.CountBudget < 0:
 		return fmt.Errorf("collector: StuckAfter %v, History %d, CountBudget %v: out of range", c.StuckAfter, c.History, c.CountBudget)

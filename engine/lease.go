@@ -40,16 +40,25 @@ WITH locked AS MATERIALIZED (
     ORDER BY id
     LIMIT %d
     FOR NO KEY UPDATE SKIP LOCKED
-)
+)` + sqlClaim + `
+FROM locked
+WHERE r.id = locked.id AND r.status = 'UNUSED'
+` + sqlClaimReturning
+
+// sqlClaim is what every strategy's claim writes to the rows it takes:
+// PENDING for holder $1, the token raised, and a lease of $2 microseconds
+// from now by the database clock ($2 NULL: no expiry). The statements that
+// use it add the rows (FROM, WHERE) and end with sqlClaimReturning, the
+// lease handed back.
+const sqlClaim = `
 UPDATE resource_pool AS r
 SET status = 'PENDING',
     holder = $1,
     lease_token = r.lease_token + 1,
     leased_until = clock_timestamp() + $2::bigint * interval '1 microsecond',
-    updated_at = clock_timestamp()
-FROM locked
-WHERE r.id = locked.id AND r.status = 'UNUSED'
-RETURNING r.id, r.identifier, r.lease_token, r.leased_until`
+    updated_at = clock_timestamp()`
+
+const sqlClaimReturning = `RETURNING r.id, r.identifier, r.lease_token, r.leased_until`
 
 // The blocking anti-pattern, as an ORM writes it: lock the
 // first free rows (waiting for any that another transaction holds), load
@@ -67,16 +76,10 @@ FOR NO KEY UPDATE`
 // skips the version check: the blocking strategy already holds the locks).
 // Like every statement over unnest() arrays, it is run unprepared
 // (QueryExecModeExec) so that each execution is planned for its arrays.
-const sqlAcquireChosen = `
-UPDATE resource_pool AS r
-SET status = 'PENDING',
-    holder = $1,
-    lease_token = r.lease_token + 1,
-    leased_until = clock_timestamp() + $2::bigint * interval '1 microsecond',
-    updated_at = clock_timestamp()
+const sqlAcquireChosen = sqlClaim + `
 FROM unnest($3::bigint[], $4::bigint[]) AS c(id, token)
 WHERE r.id = c.id AND r.status = 'UNUSED' AND (c.token IS NULL OR r.lease_token = c.token) AND r.lease_token < 9223372036854775807
-RETURNING r.id, r.identifier, r.lease_token, r.leased_until`
+` + sqlClaimReturning
 
 // The optimistic read: no lock at all.
 const sqlAcquireOptimisticRead = `

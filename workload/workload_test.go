@@ -2,7 +2,6 @@ package workload_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
+	"github.com/pooltop-dev/pooltop/internal/startstop/startstoptest"
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
@@ -28,6 +28,18 @@ func setup(t *testing.T, size int) *bundle {
 	return &bundle{ctx: ctx, eng: db.Engine}
 }
 
+// newWorkload builds a workload with cfg on the test's pool, not started;
+// it is stopped at cleanup.
+func (b *bundle) newWorkload(t *testing.T, cfg workload.Config) *workload.Workload {
+	t.Helper()
+	wl, err := workload.New(b.eng, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wl.Stop)
+	return wl
+}
+
 func (b *bundle) audit(t *testing.T) engine.AuditReport {
 	t.Helper()
 	a, err := b.eng.Audit(b.ctx, time.Hour)
@@ -41,12 +53,8 @@ func TestKnobsChangeWhileRunningAndStopCleanly(t *testing.T) {
 	b := setup(t, 20000)
 	cfg := workload.Defaults()
 	cfg.Workers, cfg.Task, cfg.TTL = 4, 30*time.Second, time.Minute // every worker sits on its lease
-	wl, err := workload.New(b.eng, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wl := b.newWorkload(t, cfg)
 	wl.Start(b.ctx)
-	defer wl.Stop()
 	pending := func() int64 { return b.audit(t).Pending }
 	pgtest.Eventually(t, "4 workers holding leases", 10*time.Second, func() bool { return wl.Snapshot().Workers == 4 && pending() == 4 })
 
@@ -90,12 +98,8 @@ func TestStrategyAndFencingKnobsApplyWithinACycle(t *testing.T) {
 	b := setup(t, 50000)
 	cfg := workload.Defaults()
 	cfg.Workers, cfg.Task = 4, 0
-	wl, err := workload.New(b.eng, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wl := b.newWorkload(t, cfg)
 	wl.Start(b.ctx)
-	defer wl.Stop()
 	pgtest.Eventually(t, "cycles", 10*time.Second, func() bool { return wl.Snapshot().Committed > 50 })
 	cfg.Strategy = engine.Optimistic
 	cfg.Workers = 8
@@ -137,12 +141,8 @@ func TestRefillTopsUpThePool(t *testing.T) {
 	b := setup(t, 0)
 	cfg := workload.Defaults()
 	cfg.Workers, cfg.Refill = 0, 2000
-	wl, err := workload.New(b.eng, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wl := b.newWorkload(t, cfg)
 	wl.Start(b.ctx)
-	defer wl.Stop()
 	pgtest.Eventually(t, "refilled ids", 10*time.Second, func() bool { return b.audit(t).Unused >= 400 })
 	if s := wl.Snapshot(); s.Refilled < 400 {
 		t.Fatalf("refilled %d", s.Refilled)
@@ -216,26 +216,9 @@ func TestWorkloadStartStopRestart(t *testing.T) {
 	b := setup(t, 50_000)
 	cfg := workload.Defaults()
 	cfg.Workers, cfg.Task = 4, time.Millisecond
-	wl, err := workload.New(b.eng, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wl := b.newWorkload(t, cfg)
 	wl.Stop() // before Start
-	var wg sync.WaitGroup
-	for g := 0; g < 4; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			for i := 0; i < 10; i++ {
-				if (i+g)%2 == 0 {
-					wl.Start(b.ctx)
-				} else {
-					wl.Stop()
-				}
-			}
-		}(g)
-	}
-	wg.Wait()
+	startstoptest.Stress(4, 10, func() { wl.Start(b.ctx) }, wl.Stop)
 	wl.Stop()
 	before := wl.Snapshot().Committed
 	wl.Start(b.ctx)

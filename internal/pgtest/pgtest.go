@@ -6,6 +6,7 @@
 package pgtest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -139,12 +140,8 @@ func MigratedSchema(t testing.TB) string {
 // Pool opens a pool on schema; it is closed at cleanup.
 func Pool(t testing.TB, schema string, o Options) *pgxpool.Pool {
 	t.Helper()
-	if o.MaxConns == 0 {
-		o.MaxConns = 8
-	}
-	if o.AppName == "" {
-		o.AppName = "pooltop-test"
-	}
+	o.MaxConns = cmp.Or(o.MaxConns, 8)
+	o.AppName = cmp.Or(o.AppName, "pooltop-test")
 	pool, err := engine.Connect(context.Background(), engine.ConnOptions{
 		DSN: dsn, Schema: schema, AppName: o.AppName, MaxConns: o.MaxConns,
 	})
