@@ -2,7 +2,9 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,4 +128,30 @@ func (b *bundle) seedOne(t *testing.T, i int) {
 	if _, err := b.pool.Exec(b.ctx, "INSERT INTO resource_pool (identifier) VALUES ($1)", fmt.Sprint("race-", i)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// concurrently runs work(w) for w from 0 to n-1, each on a goroutine of its
+// own, all at once, and fails the test with the errors they returned once
+// every one has.
+func concurrently(t *testing.T, n int, work func(w int) error) {
+	t.Helper()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Go(func() { errs[w] = work(w) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inStatus counts the rows in status.
+func (b *bundle) inStatus(t *testing.T, status engine.Status) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM resource_pool WHERE status = $1", status).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
