@@ -1,6 +1,7 @@
 package collector_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,17 +38,20 @@ func setup(t *testing.T, size int) *bundle {
 
 func (b *bundle) collector(t *testing.T, cfg collector.Config) *collector.Collector {
 	t.Helper()
-	if cfg.DSN == "" {
-		cfg.DSN = pgtest.DSN()
-	}
-	if cfg.Table == "" {
-		cfg.Table = b.schema + ".resource_pool"
-	}
-	c, err := collector.New(b.ctx, cfg)
+	cfg.Table = cmp.Or(cfg.Table, b.schema+".resource_pool")
+	return newCollector(t, b.ctx, cfg)
+}
+
+// newCollector opens a collector with cfg, on the test database unless cfg
+// names another; it is closed at cleanup.
+func newCollector(tb testing.TB, ctx context.Context, cfg collector.Config) *collector.Collector {
+	tb.Helper()
+	cfg.DSN = cmp.Or(cfg.DSN, pgtest.DSN())
+	c, err := collector.New(ctx, cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	tb.Cleanup(c.Close)
 	return c
 }
 

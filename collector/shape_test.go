@@ -158,11 +158,7 @@ func TestCountsOnEveryShape(t *testing.T) {
 			ctx := context.Background()
 			schema := sh.build(t, 40_000)
 			conn := pgtest.Conn(t, schema)
-			c, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: schema + ".resource_pool"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
 			cfg := c.Config()
 			check := func(when string) {
 				t.Helper()
@@ -237,11 +233,7 @@ func TestPartitionedPoolStatisticsAndLockWaits(t *testing.T) {
 	if err := upd.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: schema + ".resource_pool", Alerts: collector.AlertConfig{LockWait: 50 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool", Alerts: collector.AlertConfig{LockWait: 50 * time.Millisecond}})
 	s := pollUntil(t, c, "partition statistics", func(s collector.Snapshot) bool {
 		return s.LiveTuples == 8000 && s.DeadTuples > 0 && s.WorstPartition != nil && s.WorstPartition.Name == "resource_pool_5"
 	})
