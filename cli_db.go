@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgembed"
@@ -212,4 +213,40 @@ func (g *globals) migrate(ctx context.Context, dsn, from string, o migrations.Op
 		return res, engine.ConnectError(cc, err) // one line: refused, wrong password, no such database
 	}
 	return res, err
+}
+
+// loadFlags adds the flags of the commands that generate load (bench,
+// chaos): --json, described by jsonHelp, and --allow-writes.
+func (g *globals) loadFlags(c *cobra.Command, jsonHelp string) {
+	g.jsonFlag(c, jsonHelp)
+	g.allowWritesFlag(c, "with --dsn: run even in a database where pooltop created no pool")
+}
+
+// scratchDefault gives bench and chaos a schema of their own, pooltop_ and
+// the command's name, when --schema is not given.
+func scratchDefault(g *globals, c *cobra.Command, name string) {
+	if f := c.Flag("schema"); f == nil || !f.Changed {
+		g.schema = "pooltop_" + name
+	}
+}
+
+// checkScratch checks that bench and chaos work in a schema of their own:
+// they empty it, so it must be one pooltop made for the purpose.
+func checkScratch(schema, name string) error {
+	if !strings.HasPrefix(schema, "pooltop_") {
+		return usageError{fmt.Errorf("%s empties the pool it runs on: give it a --schema starting with pooltop_ (default pooltop_%s), never a pool you keep", name, name)}
+	}
+	return nil
+}
+
+// freshPool empties the schema's pool and ledger and fills it with size ids.
+func freshPool(ctx context.Context, d *database, size int) error {
+	if _, err := d.pool.Exec(ctx, "TRUNCATE business_ledger, resource_pool RESTART IDENTITY"); err != nil {
+		return fmt.Errorf("empty the pool: %w", err)
+	}
+	if _, err := d.eng.Seed(ctx, size); err != nil {
+		return err
+	}
+	_, err := d.pool.Exec(ctx, "VACUUM ANALYZE resource_pool")
+	return err
 }

@@ -15,20 +15,23 @@ import (
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
-// demoOptions are the flags of the demo (pooltop with no command).
+// demoOptions are the flags of the demo (pooltop with no command), and the
+// workload's configuration validate makes of them.
 type demoOptions struct {
-	poolSize    int
-	poolSizeSet bool // --pool-size given: every scenario's fresh pool has that size
-	workers     int
-	scenario    string
-	maxConns    int
-	reaper      engine.ReaperConfig
-	watch       watchOptions
+	poolSize int
+	workers  int
+	scenario string
+	maxConns int
+	reaper   engine.ReaperConfig
+	watch    watchOptions
+
+	cfg workload.Config   // the workload's, made by validate
+	sc  workload.Scenario // the scenario it starts with
 }
 
-func (o *demoOptions) addFlags(c *cobra.Command) {
+func (o *demoOptions) addFlags(c *cobra.Command, g *globals) {
 	f := c.Flags()
-	f.IntVar(&o.poolSize, "pool-size", 200_000, "ids to create when the pool is empty")
+	f.IntVar(&o.poolSize, "pool-size", 0, "ids in the pool: created when it is empty, and in each scenario's fresh pool (default: the scenario's, 200,000; drain a tenth)")
 	f.IntVar(&o.workers, "workers", 0, "simulated workers at start (default: the scenario's)")
 	f.StringVar(&o.scenario, "scenario", "healthy", "the scenario preset to start with (see pooltop chaos --help)")
 	f.IntVar(&o.maxConns, "max-conns", 16, "connections the workers share")
@@ -38,6 +41,7 @@ func (o *demoOptions) addFlags(c *cobra.Command) {
 	f.BoolVar(&o.watch.headless, "headless", false, "print one line per poll instead of the dashboard")
 	f.DurationVar(&o.watch.interval, "interval", time.Second, "time between polls (0.25s to 60s)")
 	f.IntVar(&o.watch.count, "count", 0, "with --headless: stop after this many polls (0: until Ctrl-C)")
+	g.allowWritesFlag(c, "with --dsn: run even where pooltop did not create the pool (its ids are consumed)")
 }
 
 // isTerminal reports whether the dashboard can run here.
@@ -46,12 +50,8 @@ func isTerminal() bool { return term.IsTerminal(os.Stdout.Fd()) && term.IsTermin
 // useColor honours NO_COLOR (https://no-color.org).
 func useColor() bool { return os.Getenv("NO_COLOR") == "" }
 
-// runDemo starts (or connects to) the database, creates the schema and a
-// pool, runs the workload with its reaper, and shows the dashboard; on a
-// terminal that is not one (or with --headless) it prints a line per poll.
-// Quitting stops the workload, the reaper and the embedded server.
-func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
-	if o.poolSize <= 0 || o.poolSize > engine.MaxSeed {
+func (o *demoOptions) validate(*globals) error {
+	if o.poolSize < 0 || o.poolSize > engine.MaxSeed {
 		return usageError{fmt.Errorf("--pool-size %d: give between 1 and %d", o.poolSize, engine.MaxSeed)}
 	}
 	if o.maxConns < 1 || o.maxConns > 256 {
@@ -61,6 +61,7 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 	if err != nil {
 		return usageError{err}
 	}
+	o.sc = sc
 	cfg := scenarioConfig(sc, 1)
 	if o.workers != 0 {
 		cfg.Workers = o.workers
@@ -69,9 +70,16 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
-	if err := checkInterval(o.watch.interval); err != nil {
-		return err
-	}
+	o.cfg = cfg
+	return checkInterval(o.watch.interval)
+}
+
+// run starts (or connects to) the database, creates the schema and a pool,
+// runs the workload with its reaper, and shows the dashboard; on a terminal
+// that is not one (or with --headless) it prints a line per poll. Quitting
+// stops the workload, the reaper and the embedded server.
+func (o *demoOptions) run(ctx context.Context, g *globals) error {
+	cfg := o.cfg
 	d, err := g.open(ctx, openOptions{appName: "pooltop-workload", maxConns: int32(o.maxConns), write: true, migrate: true, load: true})
 	if err != nil {
 		return err
@@ -82,12 +90,14 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM resource_pool").Scan(&existing); err != nil {
 		return fmt.Errorf("count the pool: %w", err)
 	}
+	st := &stage{db: d.pool, eng: d.eng, size: o.poolSize}
 	if existing == 0 {
 		start := time.Now()
-		if _, err := d.eng.Seed(ctx, o.poolSize); err != nil {
+		size := st.poolSize(o.sc)
+		if _, err := d.eng.Seed(ctx, size); err != nil {
 			return err
 		}
-		fmt.Fprintf(g.stderr, "pooltop: created %d ids in %.2fs\n", o.poolSize, time.Since(start).Seconds())
+		fmt.Fprintf(g.stderr, "pooltop: created %d ids in %.2fs\n", size, time.Since(start).Seconds())
 	}
 
 	wl, err := workload.New(d.eng, cfg)
@@ -103,6 +113,7 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 		return err
 	}
 	defer col.Close()
+	st.wl, st.col = wl, col
 
 	server := ""
 	if d.embedded != nil {
@@ -116,10 +127,6 @@ func runDemo(ctx context.Context, g *globals, o *demoOptions) error {
 		fmt.Fprintf(g.stderr, "pooltop demo (headless) %s; Ctrl-C stops it\n", on)
 		return runHeadless(ctx, g, col, &o.watch)
 	}
-	st := &stage{db: d.pool, eng: d.eng, wl: wl, col: col}
-	if o.poolSizeSet {
-		st.size = o.poolSize
-	}
 	return tui.Run(ctx, tui.Options{Source: col, Knobs: st, Mode: "demo", Server: server, Interval: o.watch.interval,
-		Color: useColor(), Scenario: sc.Name})
+		Color: useColor(), Scenario: o.sc.Name})
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -47,32 +49,60 @@ type leaseCLI struct {
 	f *leaseFlags
 }
 
-// withEngine opens the database for a lease subcommand and runs fn.
-func (c *leaseCLI) withEngine(cmd *cobra.Command, write bool, fn func(*database) error) error {
-	d, err := c.g.open(cmd.Context(), openOptions{appName: "pooltop-lease", maxConns: 2, write: write, seedEmbedded: 1000})
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return fn(d)
+// leaseAction is the work of a lease subcommand on the engine: its result,
+// printed as JSON with --json, and the text shown otherwise.
+type leaseAction func(ctx context.Context, e *engine.Engine) (result any, text func(w io.Writer) error, err error)
+
+// leaseSub is what tells one lease subcommand from another: the flags it
+// requires, any further check of them, whether it writes, and its action.
+type leaseSub struct {
+	required []string
+	check    func(cmd *cobra.Command) error // after required; nil: none
+	write    bool
+	act      leaseAction
 }
 
-// printLeases prints leases as a table, or JSON.
-func (c *leaseCLI) printLeases(ls []engine.Lease) error {
-	g := c.g
-	if g.jsonOut {
-		return writeJSON(g.stdout, ls)
-	}
-	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tIDENTIFIER\tTOKEN\tHOLDER\tLEASED UNTIL")
-	for _, l := range ls {
-		until := "never (no lease)"
-		if l.LeasedUntil != nil {
-			until = l.LeasedUntil.UTC().Format(time.RFC3339Nano)
+// command completes cmd into a lease subcommand: it checks the flags
+// before the database is opened, then runs the action and prints its
+// result.
+func (c *leaseCLI) command(cmd *cobra.Command, s leaseSub) *cobra.Command {
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := need(cmd, s.required...); err != nil {
+			return err
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", l.ID, termtext.Escape(l.Identifier), l.Token, termtext.Escape(l.Holder), until)
+		if s.check != nil {
+			if err := s.check(cmd); err != nil {
+				return err
+			}
+		}
+		d, err := c.g.open(cmd.Context(), openOptions{appName: "pooltop-lease", maxConns: 2, write: s.write, seedEmbedded: 1000})
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		v, text, err := s.act(cmd.Context(), d.eng)
+		if err != nil {
+			return err
+		}
+		return c.g.emit(v, text)
 	}
-	return tw.Flush()
+	return cmd
+}
+
+// leaseTable prints leases as a table.
+func leaseTable(ls ...engine.Lease) func(w io.Writer) error {
+	return func(w io.Writer) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tIDENTIFIER\tTOKEN\tHOLDER\tLEASED UNTIL")
+		for _, l := range ls {
+			until := "never (no lease)"
+			if l.LeasedUntil != nil {
+				until = l.LeasedUntil.UTC().Format(time.RFC3339Nano)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", l.ID, termtext.Escape(l.Identifier), l.Token, termtext.Escape(l.Holder), until)
+		}
+		return tw.Flush()
+	}
 }
 
 // idTok adds the --id and --token flags.
@@ -94,233 +124,173 @@ func need(c *cobra.Command, names ...string) error {
 // acquireCmd is pooltop lease acquire.
 func (c *leaseCLI) acquireCmd() *cobra.Command {
 	f := c.f
-	acquire := &cobra.Command{
+	var st engine.Strategy
+	acquire := c.command(&cobra.Command{
 		Use:   "acquire",
 		Short: "Claim up to --n free ids for --holder under a --ttl lease",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			required := []string{"holder", "ttl"}
-			if f.noLease {
-				required = required[:1]
-			}
-			if err := need(cmd, required...); err != nil {
-				return err
-			}
-			st, err := engine.ParseStrategy(f.strategy)
-			if err != nil {
-				return usageError{err}
-			}
-			return c.withEngine(cmd, true, func(d *database) error {
-				ls, err := d.eng.LeaseAcquire(cmd.Context(), &engine.LeaseAcquireParams{
-					Holder: f.holder, TTL: f.ttl, N: f.n, Strategy: st, NoLease: f.noLease})
-				if err != nil {
+	}, leaseSub{required: []string{"holder"}, write: true,
+		check: func(cmd *cobra.Command) error {
+			if !f.noLease {
+				if err := need(cmd, "ttl"); err != nil {
 					return err
 				}
-				return c.printLeases(ls)
-			})
+			}
+			var err error
+			if st, err = engine.ParseStrategy(f.strategy); err != nil {
+				return usageError{err}
+			}
+			return nil
 		},
-	}
+		act: func(ctx context.Context, e *engine.Engine) (any, func(io.Writer) error, error) {
+			ls, err := e.LeaseAcquire(ctx, &engine.LeaseAcquireParams{
+				Holder: f.holder, TTL: f.ttl, N: f.n, Strategy: st, NoLease: f.noLease})
+			return ls, leaseTable(ls...), err
+		}})
 	acquire.Flags().StringVar(&f.holder, "holder", "", "who holds the lease (required)")
 	acquire.Flags().DurationVar(&f.ttl, "ttl", 0, "lease length, e.g. 30s (required; judged by the database clock)")
 	acquire.Flags().IntVar(&f.n, "n", 1, fmt.Sprintf("how many ids to claim in one statement (1..%d)", engine.MaxBatch))
 	acquire.Flags().StringVar(&f.strategy, "strategy", "skip-locked", "skip-locked, blocking or optimistic")
 	acquire.Flags().BoolVar(&f.noLease, "no-lease", false, "claim without an expiry (the leak the reaper cannot fix)")
-
 	return acquire
 }
 
 // renewCmd is pooltop lease renew.
 func (c *leaseCLI) renewCmd() *cobra.Command {
-	g, f := c.g, c.f
-	renew := &cobra.Command{
+	f := c.f
+	renew := c.command(&cobra.Command{
 		Use:   "renew",
 		Short: "Extend a live lease by --ttl from now (the token does not change)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := need(cmd, "id", "token", "ttl"); err != nil {
-				return err
-			}
-			return c.withEngine(cmd, true, func(d *database) error {
-				l, err := d.eng.LeaseRenew(cmd.Context(), &engine.LeaseRenewParams{ID: f.id, Token: f.token, TTL: f.ttl})
-				if err != nil {
-					return err
-				}
-				if g.jsonOut {
-					return writeJSON(g.stdout, l)
-				}
-				return c.printLeases([]engine.Lease{l})
-			})
-		},
-	}
+	}, leaseSub{required: []string{"id", "token", "ttl"}, write: true,
+		act: func(ctx context.Context, e *engine.Engine) (any, func(io.Writer) error, error) {
+			l, err := e.LeaseRenew(ctx, &engine.LeaseRenewParams{ID: f.id, Token: f.token, TTL: f.ttl})
+			return l, leaseTable(l), err
+		}})
 	c.idTok(renew)
 	renew.Flags().DurationVar(&f.ttl, "ttl", 0, "new lease length from now (required)")
-
 	return renew
 }
 
 // releaseCmd is pooltop lease release.
 func (c *leaseCLI) releaseCmd() *cobra.Command {
-	g, f := c.g, c.f
-	release := &cobra.Command{
+	f := c.f
+	release := c.command(&cobra.Command{
 		Use:   "release",
 		Short: "Return a leased id to the pool (its token is bumped: the old one is stale)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := need(cmd, "id", "token"); err != nil {
-				return err
-			}
-			return c.withEngine(cmd, true, func(d *database) error {
-				l, err := d.eng.LeaseRelease(cmd.Context(), &engine.LeaseReleaseParams{ID: f.id, Token: f.token})
-				if err != nil {
-					return err
-				}
-				if g.jsonOut {
-					return writeJSON(g.stdout, map[string]any{"id": l.ID, "identifier": l.Identifier, "token": l.Token, "status": engine.StatusUnused})
-				}
-				fmt.Fprintf(g.stdout, "released id %d (%s); it is UNUSED at token %d\n", l.ID, termtext.Escape(l.Identifier), l.Token)
+	}, leaseSub{required: []string{"id", "token"}, write: true,
+		act: func(ctx context.Context, e *engine.Engine) (any, func(io.Writer) error, error) {
+			l, err := e.LeaseRelease(ctx, &engine.LeaseReleaseParams{ID: f.id, Token: f.token})
+			v := map[string]any{"id": l.ID, "identifier": l.Identifier, "token": l.Token, "status": engine.StatusUnused}
+			return v, func(w io.Writer) error {
+				fmt.Fprintf(w, "released id %d (%s); it is UNUSED at token %d\n", l.ID, termtext.Escape(l.Identifier), l.Token)
 				return nil
-			})
-		},
-	}
+			}, err
+		}})
 	c.idTok(release)
-
 	return release
 }
 
 // transferCmd is pooltop lease transfer.
 func (c *leaseCLI) transferCmd() *cobra.Command {
-	g, f := c.g, c.f
-	transfer := &cobra.Command{
+	f := c.f
+	transfer := c.command(&cobra.Command{
 		Use:   "transfer",
 		Short: "Hand a live lease to --to; the new holder gets a higher token",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := need(cmd, "id", "token", "to"); err != nil {
-				return err
-			}
-			return c.withEngine(cmd, true, func(d *database) error {
-				l, err := d.eng.LeaseTransfer(cmd.Context(), &engine.LeaseTransferParams{ID: f.id, Token: f.token, To: f.to, TTL: f.ttl})
-				if err != nil {
-					return err
-				}
-				if g.jsonOut {
-					return writeJSON(g.stdout, l)
-				}
-				return c.printLeases([]engine.Lease{l})
-			})
-		},
-	}
+	}, leaseSub{required: []string{"id", "token", "to"}, write: true,
+		act: func(ctx context.Context, e *engine.Engine) (any, func(io.Writer) error, error) {
+			l, err := e.LeaseTransfer(ctx, &engine.LeaseTransferParams{ID: f.id, Token: f.token, To: f.to, TTL: f.ttl})
+			return l, leaseTable(l), err
+		}})
 	c.idTok(transfer)
 	transfer.Flags().StringVar(&f.to, "to", "", "the new holder (required)")
 	transfer.Flags().DurationVar(&f.ttl, "ttl", 0, "give the new holder a fresh lease of this length (default: keep the expiry)")
-
 	return transfer
 }
 
 // commitCmd is pooltop lease commit.
 func (c *leaseCLI) commitCmd() *cobra.Command {
-	g, f := c.g, c.f
-	commit := &cobra.Command{
+	f := c.f
+	commit := c.command(&cobra.Command{
 		Use:   "commit",
 		Short: "Record the effect in business_ledger and consume the id, fenced on --token",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := need(cmd, "id", "token", "request-id"); err != nil {
-				return err
-			}
-			return c.withEngine(cmd, true, func(d *database) error {
-				res, err := d.eng.LeaseCommit(cmd.Context(), &engine.LeaseCommitParams{
-					ID: f.id, Token: f.token, Holder: f.holder, RequestID: f.requestID, Payload: f.payload, NoFence: f.noFence})
-				if err != nil {
-					return err
-				}
-				if g.jsonOut {
-					return writeJSON(g.stdout, res)
-				}
+	}, leaseSub{required: []string{"id", "token", "request-id"}, write: true,
+		act: func(ctx context.Context, e *engine.Engine) (any, func(io.Writer) error, error) {
+			res, err := e.LeaseCommit(ctx, &engine.LeaseCommitParams{
+				ID: f.id, Token: f.token, Holder: f.holder, RequestID: f.requestID, Payload: f.payload, NoFence: f.noFence})
+			return res, func(w io.Writer) error {
 				verb := "committed"
 				if res.Replayed {
 					verb = "already committed (replay, nothing written)"
 				}
-				fmt.Fprintf(g.stdout, "%s: id %d token %d request %q ledger row %d at %s\n", verb, res.ResourceID, res.Token,
+				fmt.Fprintf(w, "%s: id %d token %d request %q ledger row %d at %s\n", verb, res.ResourceID, res.Token,
 					res.RequestID, res.LedgerID, res.CommittedAt.UTC().Format(time.RFC3339Nano))
 				return nil
-			})
-		},
-	}
+			}, err
+		}})
 	c.idTok(commit)
 	commit.Flags().StringVar(&f.requestID, "request-id", "", "idempotency key of the effect (required)")
 	commit.Flags().StringVar(&f.payload, "payload", "", "the effect's payload")
 	commit.Flags().StringVar(&f.holder, "holder", "", "who commits (recorded in the ledger)")
 	commit.Flags().BoolVar(&f.noFence, "no-fence", false, "skip the token check (the split-brain demo: never in production)")
-
 	return commit
 }
 
 // reapCmd is pooltop lease reap.
 func (c *leaseCLI) reapCmd() *cobra.Command {
-	g, f := c.g, c.f
-	reap := &cobra.Command{
+	f := c.f
+	reap := c.command(&cobra.Command{
 		Use:   "reap",
 		Short: "Return up to --batch expired leases to the pool, once",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.withEngine(cmd, true, func(d *database) error {
-				res, err := d.eng.LeaseReap(cmd.Context(), &engine.LeaseReapParams{Batch: f.batch, Grace: f.grace})
-				if err != nil {
-					return err
-				}
-				if g.jsonOut {
-					return writeJSON(g.stdout, map[string]any{"reclaimed": res.Reclaimed})
-				}
-				fmt.Fprintf(g.stdout, "reclaimed %d expired leases\n", res.Reclaimed)
+	}, leaseSub{write: true,
+		act: func(ctx context.Context, e *engine.Engine) (any, func(io.Writer) error, error) {
+			res, err := e.LeaseReap(ctx, &engine.LeaseReapParams{Batch: f.batch, Grace: f.grace})
+			return map[string]any{"reclaimed": res.Reclaimed}, func(w io.Writer) error {
+				fmt.Fprintf(w, "reclaimed %d expired leases\n", res.Reclaimed)
 				return nil
-			})
-		},
-	}
+			}, err
+		}})
 	reap.Flags().IntVar(&f.batch, "batch", 1000, fmt.Sprintf("at most this many rows (1..%d)", engine.MaxBatch))
 	reap.Flags().DurationVar(&f.grace, "grace", 0, "only leases expired for longer than this")
-
 	return reap
 }
 
 // showCmd is pooltop lease show.
 func (c *leaseCLI) showCmd() *cobra.Command {
-	g, f := c.g, c.f
-	show := &cobra.Command{
+	f := c.f
+	show := c.command(&cobra.Command{
 		Use:   "show",
 		Short: "Print one row: status, token, holder, lease and number of effects",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := need(cmd, "id"); err != nil {
-				return err
-			}
-			return c.withEngine(cmd, false, func(d *database) error {
-				r, err := d.eng.Show(cmd.Context(), f.id)
-				if err != nil {
-					return err
-				}
-				if g.jsonOut {
-					return writeJSON(g.stdout, r)
-				}
-				until, holder := "-", "-"
-				if r.LeasedUntil != nil {
-					until = r.LeasedUntil.UTC().Format(time.RFC3339Nano)
-					if r.Expired {
-						until += " (expired)"
-					}
-				} else if r.Status == engine.StatusPending {
-					until = "never (no lease: only a person or a release frees it)"
-				}
-				if r.Holder != nil {
-					holder = *r.Holder
-				}
-				updated := "-"
-				if r.UpdatedAt != nil {
-					updated = r.UpdatedAt.UTC().Format(time.RFC3339Nano)
-				}
-				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintf(tw, "id\t%d\nidentifier\t%s\nstatus\t%s\ntoken\t%d\nholder\t%s\nleased until\t%s\nupdated at\t%s\neffects\t%d\n",
-					r.ID, termtext.Escape(r.Identifier), termtext.Escape(r.Status), r.Token, termtext.Escape(holder), until, updated, r.Effects)
-				if r.Note != "" {
-					fmt.Fprintf(tw, "outside the contract\t%s\n", termtext.Escape(r.Note))
-				}
-				return tw.Flush()
-			})
-		},
-	}
+	}, leaseSub{required: []string{"id"},
+		act: func(ctx context.Context, e *engine.Engine) (any, func(io.Writer) error, error) {
+			r, err := e.Show(ctx, f.id)
+			return r, func(w io.Writer) error { return printRow(w, r) }, err
+		}})
 	show.Flags().Int64Var(&f.id, "id", 0, "resource id (required)")
 	return show
+}
+
+// printRow prints one resource_pool row, a field a line.
+func printRow(w io.Writer, r engine.Row) error {
+	until, holder := "-", "-"
+	if r.LeasedUntil != nil {
+		until = r.LeasedUntil.UTC().Format(time.RFC3339Nano)
+		if r.Expired {
+			until += " (expired)"
+		}
+	} else if r.Status == engine.StatusPending {
+		until = "never (no lease: only a person or a release frees it)"
+	}
+	if r.Holder != nil {
+		holder = *r.Holder
+	}
+	updated := "-"
+	if r.UpdatedAt != nil {
+		updated = r.UpdatedAt.UTC().Format(time.RFC3339Nano)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%d\nidentifier\t%s\nstatus\t%s\ntoken\t%d\nholder\t%s\nleased until\t%s\nupdated at\t%s\neffects\t%d\n",
+		r.ID, termtext.Escape(r.Identifier), termtext.Escape(r.Status), r.Token, termtext.Escape(holder), until, updated, r.Effects)
+	if r.Note != "" {
+		fmt.Fprintf(tw, "outside the contract\t%s\n", termtext.Escape(r.Note))
+	}
+	return tw.Flush()
 }

@@ -1,72 +1,85 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/migrations"
-	"github.com/spf13/cobra"
 )
 
+// migrateOptions are the flags of pooltop migrate.
+type migrateOptions struct {
+	dryRun bool
+}
+
 func newMigrateCmd(g *globals) *cobra.Command {
-	var dryRun bool
-	cmd := &cobra.Command{
+	return g.command(&migrateOptions{}, &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the pooltop schema (idempotent, safe to run concurrently)",
-		Long: `Create or upgrade the pooltop schema in --schema: resource_pool (the article's
-columns plus holder), its partial indexes, business_ledger and the pooltop
-marker. Running it again does nothing; two processes running it at once take
-turns on an advisory lock.
+		Long: `Create or upgrade the pooltop schema in --schema: resource_pool (the basic
+columns id, identifier, status, leased_until, lease_token and updated_at,
+plus holder), its partial indexes, business_ledger and the pooltop marker.
+Running it again does nothing; two processes running it at once take turns
+on an advisory lock.
 
-A resource_pool that pooltop did not create (built by hand after the article,
-perhaps in production) is left alone unless --allow-writes is given; then it
-is adopted in place: missing lease columns and holder are added, the partial
-indexes on UNUSED and PENDING rows are built CONCURRENTLY (claims go on while
-they build), autovacuum settings for a queue-like table are set, and
+A resource_pool that pooltop did not create (built by hand, perhaps in
+production) is left alone unless --allow-writes is given; then it is adopted
+in place: missing lease columns and holder are added, the partial indexes on
+UNUSED and PENDING rows are built CONCURRENTLY (claims go on while they
+build), autovacuum settings for a queue-like table are set, and
 business_ledger and pooltop_meta are created. --dry-run prints every
 statement without running any.
 
 The database comes from --dsn, else DATABASE_URL, else the PG* variables.`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if err := engine.ValidSchema(g.schema); err != nil {
-				return usageError{fmt.Errorf("--schema: %w", err)}
-			}
-			if g.wantsEmbedded() {
-				return usageError{errors.New("migrate needs a database: pass --dsn (or set DATABASE_URL or PGHOST); the demo migrates its throwaway server itself")}
-			}
-			res, err := g.migrate(ctx, g.resolvedDSN(), g.dsnFrom(), migrations.Options{Adopt: g.allowWrites, DryRun: dryRun})
-			if err != nil {
-				return err
-			}
-			if g.jsonOut {
-				return writeJSON(g.stdout, map[string]any{"schema": g.schema, "version": res.Version, "dry_run": dryRun,
-					"adopted": res.Adopted, "statements": res.Statements})
-			}
-			if dryRun {
-				if res.Adopted && !g.allowWrites {
-					fmt.Fprintf(g.stdout, "-- schema %s holds a resource_pool pooltop did not create: these statements adopt it, and run only with --allow-writes\n\n", g.schema)
-				}
-				if len(res.Statements) == 0 {
-					fmt.Fprintf(g.stdout, "-- schema %s is at version %d: nothing to do\n", g.schema, res.Version)
-				}
-				for _, s := range res.Statements {
-					fmt.Fprintf(g.stdout, "%s;\n\n", strings.TrimRight(s, ";\n "))
-				}
-				return nil
-			}
-			verb := "is"
-			if res.Adopted {
-				verb = "adopted its resource_pool and is"
-			}
-			fmt.Fprintf(g.stdout, "schema %s %s at version %d\n", g.schema, verb, res.Version)
-			return nil
-		},
+	})
+}
+
+func (o *migrateOptions) addFlags(c *cobra.Command, g *globals) {
+	c.Flags().BoolVar(&o.dryRun, "dry-run", false, "print the statements without running any")
+	g.jsonFlag(c, "print JSON")
+	g.allowWritesFlag(c, "adopt a resource_pool that pooltop did not create")
+}
+
+func (o *migrateOptions) validate(g *globals) error {
+	if err := engine.ValidSchema(g.schema); err != nil {
+		return usageError{fmt.Errorf("--schema: %w", err)}
 	}
-	cmd.Flags().BoolVar(&g.jsonOut, "json", false, "print JSON")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the statements without running any")
-	cmd.Flags().BoolVar(&g.allowWrites, "allow-writes", false, "adopt a resource_pool that pooltop did not create")
-	return cmd
+	if g.wantsEmbedded() {
+		return usageError{errors.New("migrate needs a database: pass --dsn (or set DATABASE_URL or PGHOST); the demo migrates its throwaway server itself")}
+	}
+	return nil
+}
+
+func (o *migrateOptions) run(ctx context.Context, g *globals) error {
+	res, err := g.migrate(ctx, g.resolvedDSN(), g.dsnFrom(), migrations.Options{Adopt: g.allowWrites, DryRun: o.dryRun})
+	if err != nil {
+		return err
+	}
+	v := map[string]any{"schema": g.schema, "version": res.Version, "dry_run": o.dryRun, "adopted": res.Adopted, "statements": res.Statements}
+	return g.emit(v, func(w io.Writer) error {
+		if o.dryRun {
+			if res.Adopted && !g.allowWrites {
+				fmt.Fprintf(w, "-- schema %s holds a resource_pool pooltop did not create: these statements adopt it, and run only with --allow-writes\n\n", g.schema)
+			}
+			if len(res.Statements) == 0 {
+				fmt.Fprintf(w, "-- schema %s is at version %d: nothing to do\n", g.schema, res.Version)
+			}
+			for _, s := range res.Statements {
+				fmt.Fprintf(w, "%s;\n\n", strings.TrimRight(s, ";\n "))
+			}
+			return nil
+		}
+		verb := "is"
+		if res.Adopted {
+			verb = "adopted its resource_pool and is"
+		}
+		fmt.Fprintf(w, "schema %s %s at version %d\n", g.schema, verb, res.Version)
+		return nil
+	})
 }

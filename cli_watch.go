@@ -14,7 +14,8 @@ import (
 	"github.com/pooltop-dev/pooltop/tui"
 )
 
-// watchOptions are the flags of pooltop watch.
+// watchOptions are the flags of pooltop watch, and the collector's
+// configuration validate makes of them.
 type watchOptions struct {
 	table    string
 	headless bool
@@ -22,9 +23,11 @@ type watchOptions struct {
 	interval time.Duration
 	stuck    time.Duration
 	alerts   collector.AlertConfig
+
+	cfg collector.Config // the collector's, made by validate
 }
 
-func (o *watchOptions) addFlags(c *cobra.Command) {
+func (o *watchOptions) addFlags(c *cobra.Command, g *globals) {
 	f := c.Flags()
 	f.StringVar(&o.table, "table", "", "the pool table as schema.table (default: --schema's resource_pool)")
 	f.BoolVar(&o.headless, "headless", false, "print one snapshot per poll instead of the dashboard")
@@ -36,6 +39,7 @@ func (o *watchOptions) addFlags(c *cobra.Command) {
 	f.DurationVar(&o.alerts.ExpiredAfter, "alert-expired", time.Second, "alert when a lease expired longer ago than this is still PENDING (one reaper interval)")
 	f.Float64Var(&o.alerts.DeadRatio, "alert-dead-ratio", 0.2, "alert when dead tuples exceed this fraction of the table")
 	f.Float64Var(&o.alerts.Connections, "alert-connections", 0.9, "alert when connections exceed this fraction of max_connections")
+	g.jsonFlag(c, "with --headless: one JSON object per line")
 }
 
 func (o *watchOptions) config(g *globals, dsn string) (collector.Config, error) {
@@ -90,15 +94,15 @@ func checkInterval(d time.Duration) error {
 }
 
 func newWatchCmd(g *globals) *cobra.Command {
-	o := &watchOptions{}
-	cmd := &cobra.Command{
+	return g.command(&watchOptions{}, &cobra.Command{
 		Use:   "watch",
 		Short: "Watch an existing pool, read-only (dashboard, or --headless snapshots)",
 		Long: `Watch an existing pool without writing anything: counts by status, lock
 waits and who blocks whom, dead tuples and vacuum, burn rate and depletion
 ETA, alerts. Works with a role that has only SELECT on the table and
 pg_monitor (without pg_monitor it says what it cannot see), and on a table
-with only the article's columns. Sessions are read-only (application_name
+with only the basic columns (id, identifier, status, leased_until,
+lease_token, updated_at). Sessions are read-only (application_name
 pooltop-collector).
 
 Figures listed under "estimated" come from statistics or a rolling
@@ -107,29 +111,28 @@ count of a ten-million-row pool takes seconds and slows the workers.
 
   pooltop watch --dsn postgres://… --table public.resource_pool
   pooltop watch --dsn … --headless --json --count 10 --interval 1s`,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if g.wantsEmbedded() {
-				return usageError{errors.New("watch needs a database to watch: pass --dsn (or set DATABASE_URL or PGHOST); run pooltop with no command for the demo")}
-			}
-			cfg, err := o.config(g, g.resolvedDSN())
-			if err != nil {
-				return err
-			}
-			col, err := collector.New(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			defer col.Close()
-			if o.headless || !isTerminal() {
-				return runHeadless(ctx, g, col, o)
-			}
-			return tui.Run(ctx, tui.Options{Source: col, Mode: "watch", Interval: o.interval, Color: useColor()})
-		},
+	})
+}
+
+func (o *watchOptions) validate(g *globals) error {
+	if g.wantsEmbedded() {
+		return usageError{errors.New("watch needs a database to watch: pass --dsn (or set DATABASE_URL or PGHOST); run pooltop with no command for the demo")}
 	}
-	o.addFlags(cmd)
-	cmd.Flags().BoolVar(&g.jsonOut, "json", false, "with --headless: one JSON object per line")
-	return cmd
+	cfg, err := o.config(g, g.resolvedDSN())
+	o.cfg = cfg
+	return err
+}
+
+func (o *watchOptions) run(ctx context.Context, g *globals) error {
+	col, err := collector.New(ctx, o.cfg)
+	if err != nil {
+		return err
+	}
+	defer col.Close()
+	if o.headless || !isTerminal() {
+		return runHeadless(ctx, g, col, o)
+	}
+	return tui.Run(ctx, tui.Options{Source: col, Mode: "watch", Interval: o.interval, Color: useColor()})
 }
 
 // runHeadless polls every interval and prints one line per poll.

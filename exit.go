@@ -60,6 +60,15 @@ func exitCode(err error) int {
 	return exitError
 }
 
+// emit prints a command's result: v as one line of JSON with --json, else
+// the text that text writes.
+func (g *globals) emit(v any, text func(w io.Writer) error) error {
+	if g.jsonOut {
+		return writeJSON(g.stdout, v)
+	}
+	return text(g.stdout)
+}
+
 // writeJSON prints v as one line of JSON.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

@@ -44,6 +44,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitCode(err)
 }
 
+// options is the contract of every command: its flags live in a struct that
+// implements it. addFlags binds them (and those of globals the command
+// takes), validate checks them (a usageError for bad input) before anything
+// is opened or written, and run does the work.
+type options interface {
+	addFlags(c *cobra.Command, g *globals)
+	validate(g *globals) error
+	run(ctx context.Context, g *globals) error
+}
+
+// command completes c, which holds the help texts, into the command whose
+// work is o: o's flags are bound, and RunE validates, then runs.
+func (g *globals) command(o options, c *cobra.Command) *cobra.Command {
+	o.addFlags(c, g)
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := o.validate(g); err != nil {
+			return err
+		}
+		return o.run(cmd.Context(), g)
+	}
+	return c
+}
+
+// jsonFlag adds --json, described by help.
+func (g *globals) jsonFlag(c *cobra.Command, help string) {
+	c.Flags().BoolVar(&g.jsonOut, "json", false, help)
+}
+
+// allowWritesFlag adds --allow-writes, described by help.
+func (g *globals) allowWritesFlag(c *cobra.Command, help string) {
+	c.Flags().BoolVar(&g.allowWrites, "allow-writes", false, help)
+}
+
 // globals are the flags every command shares.
 type globals struct {
 	dsn         string
@@ -72,8 +105,7 @@ func passwordOf(dsn string) string {
 }
 
 func newRootCmd(g *globals) *cobra.Command {
-	demo := &demoOptions{}
-	root := &cobra.Command{
+	root := g.command(&demoOptions{}, &cobra.Command{
 		Use:   "pooltop",
 		Short: "A lease engine and live dashboard for a PostgreSQL resource pool",
 		Long: `pooltop runs and shows a PostgreSQL resource pool: workers claim ids with
@@ -99,19 +131,13 @@ psql.
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		SilenceErrors:     true,
 		Args:              cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			demo.poolSizeSet = cmd.Flags().Changed("pool-size")
-			return runDemo(cmd.Context(), g, demo)
-		},
-	}
+	})
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w: see '%s --help'", err, cmd.CommandPath())}
 	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.dsn, "dsn", "", "PostgreSQL URL or key=value string (default: $DATABASE_URL, the PG* variables, else an embedded server)")
 	pf.StringVar(&g.schema, "schema", "public", "schema that holds the pool")
-	demo.addFlags(root)
-	root.Flags().BoolVar(&g.allowWrites, "allow-writes", false, "with --dsn: run even where pooltop did not create the pool (its ids are consumed)")
 	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g), newBenchCmd(g), newChaosCmd(g), newVerifyCmd(g), newWatchCmd(g))
 	for _, c := range root.Commands() {
 		wrapArgs(c)

@@ -103,16 +103,9 @@ func TestLeaseCommandsDriveTheLifecycle(t *testing.T) {
 		t.Fatalf("renew after release: exit %d %s", r.code, r.stderr)
 	}
 	short := decode[[]engine.Lease](t, lease("acquire", "--holder", "c", "--ttl", "1ms", "--json").must(t).stdout)[0]
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		reaped := decode[map[string]int](t, lease("reap", "--json").must(t).stdout)
-		if reaped["reclaimed"] == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("reap never reclaimed the 1ms lease")
-		}
-	}
+	pgtest.Eventually(t, "reap reclaiming the 1ms lease", 10*time.Second, func() bool {
+		return decode[map[string]int](t, lease("reap", "--json").must(t).stdout)["reclaimed"] == 1
+	})
 	if r := lease("commit", "--id", fmt.Sprint(short.ID), "--token", "1", "--request-id", "late"); r.code != exitStaleToken {
 		t.Fatalf("commit after reap: exit %d %s", r.code, r.stderr)
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/url"
 	"strconv"
 	"strings"
@@ -15,35 +13,19 @@ import (
 )
 
 // productionDB creates a database of its own on the test server, holding a
-// pool built by hand after the article in public (5,000 ids, 420 PENDING,
-// no marker): the database an on-call shell points at. It returns its URL
-// and a function that fingerprints everything in it.
+// hand-built pool in public (5,000 ids, 420 PENDING, no marker): the
+// database an on-call shell points at. It returns its URL and a function
+// that fingerprints everything in it.
 func productionDB(t *testing.T) (string, func() string) {
 	t.Helper()
 	ctx := context.Background()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "prod_" + hex.EncodeToString(b[:])
-	admin, err := pgx.Connect(ctx, pgtest.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	name := pgtest.UniqueName("prod_")
+	if err := pgtest.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("create a database for the test (the test role needs CREATEDB): %v", err)
 	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), pgtest.DSN())
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer c.Close(context.Background())
-		_, _ = c.Exec(context.Background(), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name)
-		if _, err := c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name); err != nil {
-			t.Error(err)
-		}
-	})
+	// Sessions the test left on the database would make the DROP fail.
+	pgtest.DropAtCleanup(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '"+name+"'",
+		"DROP DATABASE IF EXISTS "+name)
 	u, err := url.Parse(pgtest.DSN())
 	if err != nil || u.Scheme == "" {
 		t.Fatalf("the test DSN must be a URL here: %v", err)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"strings"
 	"sync"
 	"testing"
@@ -21,21 +19,9 @@ import (
 // pooltop set the database up), and drops it at cleanup.
 func scratch(t *testing.T) string {
 	t.Helper()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "pooltop_test_" + hex.EncodeToString(b[:])
+	name := pgtest.UniqueName("pooltop_test_")
 	pooltop(t, "migrate", "--dsn", pgtest.DSN(), "--schema", name).must(t)
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), pgtest.DSN())
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+name+" CASCADE"); err != nil {
-			t.Error(err)
-		}
-	})
+	pgtest.DropAtCleanup(t, "DROP SCHEMA IF EXISTS "+name+" CASCADE")
 	return name
 }
 
@@ -163,22 +149,16 @@ func TestChaosDuringAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	deadline := time.Now().Add(30 * time.Second)
 	// The run is under way once its workers hold several sessions (seeding
 	// takes one or two).
-	for {
+	pgtest.Eventually(t, "the chaos run starting its workers", 30*time.Second, func() bool {
 		var n int
 		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pooltop-chaos'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n >= 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the chaos run never started its workers")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return n >= 4
+	})
+	deadline := time.Now().Add(30 * time.Second)
 	killed := int64(0)
 	for killed < 4 && time.Now().Before(deadline) {
 		var n int64

@@ -41,26 +41,11 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 
 	// The same poll on the idle server: what a poll itself costs, before any
 	// wait for a CPU that a busy server adds.
-	idle, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: schema + ".resource_pool"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var idlePolls []float64
-	for j := 0; j < 40; j++ {
-		s, err := idle.Poll(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		idlePolls = append(idlePolls, s.PollMS)
-	}
+	idle := newCollector(b, ctx, collector.Config{Table: schema + ".resource_pool"})
+	idlePolls := pollTimes(b, ctx, idle, 40, 0)
 	idle.Close()
-	sort.Float64s(idlePolls)
 
-	col, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: schema + ".resource_pool"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer col.Close()
+	col := newCollector(b, ctx, collector.Config{Table: schema + ".resource_pool"})
 
 	timeIt := func(sql string) time.Duration {
 		t0 := time.Now()
@@ -132,18 +117,9 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 		wait := background(40 * time.Second)
 		groupBy := timeIt("SELECT status, count(*) FROM resource_pool GROUP BY status")
 		indexCount := timeIt("SELECT count(*) FROM resource_pool WHERE status = 'UNUSED'")
-		var polls []float64
-		for j := 0; j < 60; j++ {
-			s, err := col.Poll(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			polls = append(polls, s.PollMS)
-			time.Sleep(50 * time.Millisecond)
-		}
+		polls := pollTimes(b, ctx, col, 60, 50*time.Millisecond)
 		wait()
 
-		sort.Float64s(polls)
 		// Alternate quiet and polled periods so drift hits both alike, and
 		// take the median of the pairs: an autovacuum of the big table, which
 		// lands in one period or the other, moves the mean by several percent.
@@ -157,10 +133,7 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 			overheads = append(overheads, 100*(q-p)/q)
 		}
 		sort.Float64s(overheads)
-		b.ReportMetric(idlePolls[len(idlePolls)/2], "idle_poll_p50_ms")
-		b.ReportMetric(polls[len(polls)/2], "poll_p50_ms")
-		b.ReportMetric(polls[len(polls)*95/100], "poll_p95_ms")
-		b.ReportMetric(float64(groupBy.Microseconds())/1000, "groupby_ms")
+		reportPolls(b, idlePolls, polls, groupBy)
 		b.ReportMetric(float64(indexCount.Microseconds())/1000, "indexcount_ms")
 		b.ReportMetric(quiet, "acq/s_quiet")
 		b.ReportMetric(polled, "acq/s_polled")
@@ -170,7 +143,7 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 }
 
 // BenchmarkPollShapes measures, on each shape of shapes (ids consumed in
-// order; a leak of 10% with the states interleaved; the article's schema
+// order; a leak of 10% with the states interleaved; a hand-built pool
 // with no partial index on PENDING rows; 8 hash partitions), in one run: the
 // poll on the idle server, the poll under a 16-client pgbench claim load from
 // another process, the naive GROUP BY status in the same run, how many polls
@@ -188,11 +161,7 @@ func BenchmarkPollShapes(b *testing.B) {
 			schema := sh.build(b, rows)
 			b.Logf("%s: %d rows built in %v", sh.name, rows, time.Since(start).Round(time.Second))
 			conn := pgtest.Conn(b, schema)
-			col, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: schema + ".resource_pool"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer col.Close()
+			col := newCollector(b, ctx, collector.Config{Table: schema + ".resource_pool"})
 			cfg := col.Config()
 			poll := func() collector.Snapshot {
 				s, err := col.Poll(ctx)
@@ -209,13 +178,9 @@ func BenchmarkPollShapes(b *testing.B) {
 					break
 				}
 			}
-			var idle []float64
-			for j := 0; j < 40; j++ {
-				idle = append(idle, poll().PollMS)
-			}
-			sort.Float64s(idle)
+			idle := pollTimes(b, ctx, col, 40, 0)
 
-			// The load: an application's claim and commit cycle, as the article writes it.
+			// The load: an application's claim and commit cycle, one row at a time.
 			// (One row always comes back, 0 when the pool is empty, which pgbench
 			// would take for an error.)
 			script := "WITH c AS (UPDATE resource_pool SET status = 'PENDING', leased_until = now() + interval '30 seconds', updated_at = now()" +
@@ -238,13 +203,8 @@ func BenchmarkPollShapes(b *testing.B) {
 				b.Fatal(err)
 			}
 			groupBy := time.Since(t1)
-			var busy []float64
-			for j := 0; j < 60; j++ {
-				busy = append(busy, poll().PollMS)
-				time.Sleep(50 * time.Millisecond)
-			}
+			busy := pollTimes(b, ctx, col, 60, 50*time.Millisecond)
 			<-done
-			sort.Float64s(busy)
 			for j := 0; j < 5; j++ {
 				poll()
 				time.Sleep(200 * time.Millisecond)
@@ -262,10 +222,7 @@ func BenchmarkPollShapes(b *testing.B) {
 				overheads = append(overheads, 100*(quiet-polled)/quiet)
 			}
 			sort.Float64s(overheads)
-			b.ReportMetric(idle[len(idle)/2], "idle_poll_p50_ms")
-			b.ReportMetric(busy[len(busy)/2], "poll_p50_ms")
-			b.ReportMetric(busy[len(busy)*95/100], "poll_p95_ms")
-			b.ReportMetric(float64(groupBy.Microseconds())/1000, "groupby_ms")
+			reportPolls(b, idle, busy, groupBy)
 			b.ReportMetric(float64(converge), "polls_to_2%")
 			b.ReportMetric(after, "error_after_load_%")
 			b.ReportMetric((overheads[4]+overheads[5])/2, "overhead_median_%")
@@ -303,4 +260,32 @@ func pollEverySecond(b *testing.B, col *collector.Collector, stop <-chan struct{
 			}
 		}
 	}
+}
+
+// pollTimes polls col n times, pause apart, and returns how long each poll
+// took (PollMS).
+func pollTimes(b *testing.B, ctx context.Context, col *collector.Collector, n int, pause time.Duration) []float64 {
+	b.Helper()
+	var ms []float64
+	for range n {
+		s, err := col.Poll(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms = append(ms, s.PollMS)
+		time.Sleep(pause)
+	}
+	return ms
+}
+
+// reportPolls reports what the poll benchmarks share: the median poll on the
+// idle server, the median and 95th percentile under load, and the GROUP BY
+// count a poll is weighed against. It sorts idle and busy.
+func reportPolls(b *testing.B, idle, busy []float64, groupBy time.Duration) {
+	sort.Float64s(idle)
+	sort.Float64s(busy)
+	b.ReportMetric(idle[len(idle)/2], "idle_poll_p50_ms")
+	b.ReportMetric(busy[len(busy)/2], "poll_p50_ms")
+	b.ReportMetric(busy[len(busy)*95/100], "poll_p95_ms")
+	b.ReportMetric(float64(groupBy.Microseconds())/1000, "groupby_ms")
 }

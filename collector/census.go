@@ -9,7 +9,7 @@ import (
 )
 
 // census counts PENDING rows on a pool that has no partial index on them
-// (a pool built after the article has only the one on UNUSED rows): the only
+// (a hand-built pool often has only the one on UNUSED rows): the only
 // way to find them is to read the table. It reads the table a range of pages
 // at a time, as many ranges a poll as the pace allows, and keeps each
 // range's counts; the figures are the sums, as old as the oldest range, and

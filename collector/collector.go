@@ -7,6 +7,7 @@
 package collector
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,7 +34,8 @@ type WorkloadSource interface {
 	RefreshLeaked(ctx context.Context) (int, error)
 }
 
-// AlertConfig holds the alert thresholds; the defaults are the article's.
+// AlertConfig holds the alert thresholds; a zero field takes the default,
+// the same as pooltop watch's flags.
 type AlertConfig struct {
 	LockWait        time.Duration // a session waits on a lock longer than this (50 ms: a claim should never wait)
 	DepletionWithin time.Duration // UNUSED runs out sooner than this at the current burn (15 min)
@@ -77,40 +79,18 @@ const (
 )
 
 func (c *Config) defaults() error {
-	if c.Table == "" {
-		c.Table = "public.resource_pool"
-	}
-	if c.StuckAfter == 0 {
-		c.StuckAfter = 5 * time.Minute
-	}
-	if c.History == 0 {
-		c.History = 3600
-	}
-	if c.CountBudget == 0 {
-		c.CountBudget = time.Millisecond
-	}
+	c.Table = cmp.Or(c.Table, "public.resource_pool")
+	c.StuckAfter = cmp.Or(c.StuckAfter, 5*time.Minute)
+	c.History = cmp.Or(c.History, 3600)
+	c.CountBudget = cmp.Or(c.CountBudget, time.Millisecond)
 	a := &c.Alerts
-	if a.LockWait == 0 {
-		a.LockWait = 50 * time.Millisecond
-	}
-	if a.DepletionWithin == 0 {
-		a.DepletionWithin = 15 * time.Minute
-	}
-	if a.DepletionFor == 0 {
-		a.DepletionFor = 5 * time.Second
-	}
-	if a.ExpiredAfter == 0 {
-		a.ExpiredAfter = time.Second
-	}
-	if a.DeadRatio == 0 {
-		a.DeadRatio = 0.2
-	}
-	if a.Connections == 0 {
-		a.Connections = 0.9
-	}
-	if a.Hold == 0 {
-		a.Hold = 10 * time.Second
-	}
+	a.LockWait = cmp.Or(a.LockWait, 50*time.Millisecond)
+	a.DepletionWithin = cmp.Or(a.DepletionWithin, 15*time.Minute)
+	a.DepletionFor = cmp.Or(a.DepletionFor, 5*time.Second)
+	a.ExpiredAfter = cmp.Or(a.ExpiredAfter, time.Second)
+	a.DeadRatio = cmp.Or(a.DeadRatio, 0.2)
+	a.Connections = cmp.Or(a.Connections, 0.9)
+	a.Hold = cmp.Or(a.Hold, 10*time.Second)
 	switch {
 	case c.StuckAfter < 0 || c.History < 1 || c.CountBudget < 0:
 		return fmt.Errorf("collector: StuckAfter %v, History %d, CountBudget %v: out of range", c.StuckAfter, c.History, c.CountBudget)
@@ -346,7 +326,7 @@ JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf ORDER BY c.relname`, t.oid)
 		return err
 	}
 	if cols["id"] == "" || cols["status"] == "" {
-		return fmt.Errorf("%s.%s has no id and status columns: it is not a resource pool (see the article's resource_pool)", schema, table)
+		return fmt.Errorf("%s.%s has no id and status columns: it is not a resource pool", schema, table)
 	}
 	// Every poll compares these columns: a type pooltop cannot compare would
 	// fail every poll, forever. Say so once, at start.
@@ -381,7 +361,8 @@ JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf ORDER BY c.relname`, t.oid)
 		return fmt.Errorf("this role has no SELECT on %s.%s: grant it (GRANT SELECT ON %s TO …)", schema, table, t.qualified)
 	}
 	// Partial indexes the fast paths rely on: on id for UNUSED rows, on
-	// leased_until for PENDING rows (as the article and the reaper have them).
+	// leased_until for PENDING rows (the one the claim uses, the one the
+	// reaper needs).
 	rows, err = c.pool.Query(ctx, `
 SELECT i.indexrelid::regclass::text, pg_get_expr(i.indpred, i.indrelid),
        coalesce((SELECT attname FROM pg_attribute WHERE attrelid = i.indrelid AND attnum = i.indkey[0]), '')

@@ -1,6 +1,7 @@
 package collector_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,26 +32,26 @@ type bundle struct {
 
 func setup(t *testing.T, size int) *bundle {
 	t.Helper()
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	db := pgtest.NewSeeded(t, ctx, size, pgtest.Options{MaxConns: 4})
+	ctx, db := pgtest.Setup(t, size, pgtest.Options{MaxConns: 4})
 	return &bundle{ctx: ctx, schema: db.Schema, conn: pgtest.Conn(t, db.Schema), eng: db.Engine}
 }
 
 func (b *bundle) collector(t *testing.T, cfg collector.Config) *collector.Collector {
 	t.Helper()
-	if cfg.DSN == "" {
-		cfg.DSN = pgtest.DSN()
-	}
-	if cfg.Table == "" {
-		cfg.Table = b.schema + ".resource_pool"
-	}
-	c, err := collector.New(b.ctx, cfg)
+	cfg.Table = cmp.Or(cfg.Table, b.schema+".resource_pool")
+	return newCollector(t, b.ctx, cfg)
+}
+
+// newCollector opens a collector with cfg, on the test database unless cfg
+// names another; it is closed at cleanup.
+func newCollector(tb testing.TB, ctx context.Context, cfg collector.Config) *collector.Collector {
+	tb.Helper()
+	cfg.DSN = cmp.Or(cfg.DSN, pgtest.DSN())
+	c, err := collector.New(ctx, cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(c.Close)
+	tb.Cleanup(c.Close)
 	return c
 }
 
@@ -217,12 +218,7 @@ func TestSweepCoversARangeTheHeadRunsThrough(t *testing.T) {
 
 func TestLockWaitsAndBlockingTree(t *testing.T) {
 	b := setup(t, 10)
-	holder := pgtest.Conn(t, b.schema)
-	tx, err := holder.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx)
+	tx := pgtest.PeerTx(t, b.ctx, b.schema)
 	var holderPID int32
 	if err := tx.QueryRow(b.ctx, "SELECT pg_backend_pid()").Scan(&holderPID); err != nil {
 		t.Fatal(err)
@@ -357,9 +353,9 @@ func TestStatisticsResetMidRun(t *testing.T) {
 	}
 }
 
-// A pool built after the article, in its own schema, with only the seed's
-// columns and no ledger, watched by a role with SELECT and pg_monitor only.
-func TestSeedOnlyTableInAnotherSchemaWithMinimalRole(t *testing.T) {
+// A hand-built pool, in its own schema, with only the basic columns and
+// no ledger, watched by a role with SELECT and pg_monitor only.
+func TestHandBuiltPoolInAnotherSchemaWithMinimalRole(t *testing.T) {
 	b := setup(t, 0)
 	ops := pgtest.Schema(t)
 	q := pgx.Identifier{ops}.Sanitize()

@@ -26,7 +26,7 @@ type shape struct {
 var shapes = []shape{
 	{name: "ordered"},
 	{name: "leak", interleaved: true},
-	{name: "article", interleaved: true, ddl: `
+	{name: "hand-built", interleaved: true, ddl: `
 CREATE TABLE resource_pool (
     id BIGSERIAL PRIMARY KEY, identifier VARCHAR(255) UNIQUE NOT NULL, status VARCHAR(20) DEFAULT 'UNUSED',
     leased_until TIMESTAMPTZ, lease_token BIGINT DEFAULT 0, updated_at TIMESTAMPTZ DEFAULT NOW());
@@ -158,11 +158,7 @@ func TestCountsOnEveryShape(t *testing.T) {
 			ctx := context.Background()
 			schema := sh.build(t, 40_000)
 			conn := pgtest.Conn(t, schema)
-			c, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: schema + ".resource_pool"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
 			cfg := c.Config()
 			check := func(when string) {
 				t.Helper()
@@ -237,23 +233,14 @@ func TestPartitionedPoolStatisticsAndLockWaits(t *testing.T) {
 	if err := upd.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: schema + ".resource_pool", Alerts: collector.AlertConfig{LockWait: 50 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool", Alerts: collector.AlertConfig{LockWait: 50 * time.Millisecond}})
 	s := pollUntil(t, c, "partition statistics", func(s collector.Snapshot) bool {
 		return s.LiveTuples == 8000 && s.DeadTuples > 0 && s.WorstPartition != nil && s.WorstPartition.Name == "resource_pool_5"
 	})
 	if s.WorstPartition.Partitions != 8 || s.WorstPartition.DeadRatio <= 0 || s.Pool.Total != 8000 {
 		t.Fatalf("worst partition %+v, total %d", s.WorstPartition, s.Pool.Total)
 	}
-	holder := pgtest.Conn(t, schema)
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // rolled back at the end
+	tx := pgtest.PeerTx(t, ctx, schema)
 	if _, err := tx.Exec(ctx, "UPDATE resource_pool SET updated_at = now() WHERE id = 42"); err != nil {
 		t.Fatal(err)
 	}

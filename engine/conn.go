@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,18 +55,12 @@ func PoolConfig(opts ConnOptions) (*pgxpool.Config, error) {
 	if err := ValidSchema(opts.Schema); err != nil {
 		return nil, err
 	}
-	if opts.AppName == "" {
-		opts.AppName = "pooltop"
-	}
+	opts.AppName = cmp.Or(opts.AppName, "pooltop")
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = 16
 	}
-	if opts.LockTimeout == 0 {
-		opts.LockTimeout = 2 * time.Second
-	}
-	if opts.StatementTimeout == 0 {
-		opts.StatementTimeout = 30 * time.Second
-	}
+	opts.LockTimeout = cmp.Or(opts.LockTimeout, 2*time.Second)
+	opts.StatementTimeout = cmp.Or(opts.StatementTimeout, 30*time.Second)
 	cfg, err := pgxpool.ParseConfig(opts.DSN)
 	if err != nil {
 		from := opts.From

@@ -20,6 +20,10 @@
 //     (chaos reports those left at the end as lost_ids).
 //   - stuck: PENDING ids nothing will free: a lease expired longer than the
 //     stuck threshold ago, or no lease and unchanged that long.
+//   - hand-built pool: a resource_pool pooltop did not create, with only
+//     the basic columns (id, identifier, status, leased_until, lease_token,
+//     updated_at) and often a partial index on UNUSED ids alone; watch
+//     reads one as it is, migrate adopts one only with --allow-writes.
 //   - double finalization: an id with a second effect, possible only with
 //     the fence off.
 //

@@ -59,7 +59,8 @@ type Engine struct {
 func New(db TxBeginner) *Engine { return &Engine{db: db} }
 
 // Strategy is how Acquire claims rows. SkipLocked is the default and the one
-// to use; the others exist to show and measure the article's anti-patterns.
+// to use; the others exist to show and measure two anti-patterns: the
+// blocking FOR UPDATE queue and the optimistic retry herd.
 type Strategy int
 
 const (

@@ -116,44 +116,32 @@ func TestInvariantAcquireAtMostN(t *testing.T) {
 	claimed := 0
 	for _, plan := range plans {
 		for _, n := range []int{1, 3, 10} {
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			errs := make(chan error, 8)
-			for w := 0; w < 8; w++ {
-				conn := pgtest.Conn(t, b.schema)
+			conns := make([]*pgx.Conn, 8)
+			for w := range conns {
+				conns[w] = pgtest.Conn(t, b.schema)
 				if plan != "" {
-					if _, err := conn.Exec(b.ctx, plan); err != nil {
+					if _, err := conns[w].Exec(b.ctx, plan); err != nil {
 						t.Fatal(err)
 					}
 				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ls, err := engine.New(connBeginner{conn}).LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{Holder: "w", TTL: time.Minute, N: n})
-					if err != nil {
-						errs <- err
-						return
-					}
-					if len(ls) > n {
-						errs <- fmt.Errorf("plan %q: n=%d claimed %d", plan, n, len(ls))
-					}
-					mu.Lock()
-					claimed += len(ls)
-					mu.Unlock()
-				}()
 			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
+			var mu sync.Mutex
+			concurrently(t, len(conns), func(w int) error {
+				ls, err := engine.New(connBeginner{conns[w]}).LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{Holder: "w", TTL: time.Minute, N: n})
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				claimed += len(ls)
+				mu.Unlock()
+				if len(ls) > n {
+					return fmt.Errorf("plan %q: n=%d claimed %d", plan, n, len(ls))
+				}
+				return nil
+			})
 		}
 	}
-	var pending int
-	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM resource_pool WHERE status = 'PENDING'").Scan(&pending); err != nil {
-		t.Fatal(err)
-	}
-	if pending != claimed || claimed > len(plans)*8*(1+3+10) {
+	if pending := b.inStatus(t, engine.StatusPending); pending != claimed || claimed > len(plans)*8*(1+3+10) {
 		t.Fatalf("rows PENDING %d, leases handed out %d", pending, claimed)
 	}
 }
@@ -172,12 +160,7 @@ func TestInvariantAcquireNeverWaits(t *testing.T) {
 	defer pool.Close()
 	eng := engine.New(pool)
 
-	peer := pgtest.Conn(t, b.schema)
-	tx, err := peer.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx)
+	tx := pgtest.PeerTx(t, b.ctx, b.schema)
 	var lockedID int64
 	if err := tx.QueryRow(b.ctx, "SELECT id FROM resource_pool ORDER BY id LIMIT 2 FOR UPDATE").Scan(&lockedID); err != nil {
 		t.Fatal(err)
@@ -210,12 +193,7 @@ func isLockTimeout(err error) bool {
 // the claim (FOR NO KEY UPDATE) must not skip or wait on that row.
 func TestAcquireClaimsRowUnderKeyShare(t *testing.T) {
 	b := setup(t, 3)
-	peer := pgtest.Conn(t, b.schema)
-	tx, err := peer.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx)
+	tx := pgtest.PeerTx(t, b.ctx, b.schema)
 	var first int64
 	if err := tx.QueryRow(b.ctx, "SELECT id FROM resource_pool ORDER BY id LIMIT 1 FOR KEY SHARE").Scan(&first); err != nil {
 		t.Fatal(err)
@@ -282,12 +260,8 @@ func TestInvariantFenceAtSystemOfRecord(t *testing.T) {
 	b := setup(t, 1)
 	l := b.acquire(t, "a", time.Minute)
 
-	reaper := pgtest.Conn(t, b.schema)
-	tx, err := reaper.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The "reaper" takes the row and bumps its token, not yet committed.
+	// The "reaper", a peer, takes the row and bumps its token, not yet committed.
+	tx := pgtest.PeerTx(t, b.ctx, b.schema)
 	if _, err := tx.Exec(b.ctx, `UPDATE resource_pool SET status = 'UNUSED', holder = NULL, leased_until = NULL,
 		lease_token = lease_token + 1 WHERE id = $1`, l.ID); err != nil {
 		t.Fatal(err)
@@ -342,11 +316,7 @@ func TestInvariantConservation(t *testing.T) {
 		}
 	}
 	b.audit(t, 20)
-	var consumed int
-	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM resource_pool WHERE status = 'CONSUMED'").Scan(&consumed); err != nil {
-		t.Fatal(err)
-	}
-	if consumed != commits {
+	if consumed := b.inStatus(t, engine.StatusConsumed); consumed != commits {
 		t.Fatalf("%d CONSUMED, %d commits", consumed, commits)
 	}
 }

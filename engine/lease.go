@@ -16,8 +16,8 @@ type LeaseAcquireParams struct {
 	TTL      time.Duration // lease length from the database clock; ignored with NoLease
 	N        int           // how many ids to claim, 1..MaxBatch
 	Strategy Strategy
-	// NoLease claims rows PENDING without an expiry, as the article's first
-	// version did: a crashed holder leaks the id forever.
+	// NoLease claims rows PENDING without an expiry, as a first design
+	// often does: a crashed holder leaks the id forever.
 	NoLease bool
 }
 
@@ -40,16 +40,25 @@ WITH locked AS MATERIALIZED (
     ORDER BY id
     LIMIT %d
     FOR NO KEY UPDATE SKIP LOCKED
-)
+)` + sqlClaim + `
+FROM locked
+WHERE r.id = locked.id AND r.status = 'UNUSED'
+` + sqlClaimReturning
+
+// sqlClaim is what every strategy's claim writes to the rows it takes:
+// PENDING for holder $1, the token raised, and a lease of $2 microseconds
+// from now by the database clock ($2 NULL: no expiry). The statements that
+// use it add the rows (FROM, WHERE) and end with sqlClaimReturning, the
+// lease handed back.
+const sqlClaim = `
 UPDATE resource_pool AS r
 SET status = 'PENDING',
     holder = $1,
     lease_token = r.lease_token + 1,
     leased_until = clock_timestamp() + $2::bigint * interval '1 microsecond',
-    updated_at = clock_timestamp()
-FROM locked
-WHERE r.id = locked.id AND r.status = 'UNUSED'
-RETURNING r.id, r.identifier, r.lease_token, r.leased_until`
+    updated_at = clock_timestamp()`
+
+const sqlClaimReturning = `RETURNING r.id, r.identifier, r.lease_token, r.leased_until`
 
 // The blocking anti-pattern, as an ORM writes it: lock the
 // first free rows (waiting for any that another transaction holds), load
@@ -67,16 +76,10 @@ FOR NO KEY UPDATE`
 // skips the version check: the blocking strategy already holds the locks).
 // Like every statement over unnest() arrays, it is run unprepared
 // (QueryExecModeExec) so that each execution is planned for its arrays.
-const sqlAcquireChosen = `
-UPDATE resource_pool AS r
-SET status = 'PENDING',
-    holder = $1,
-    lease_token = r.lease_token + 1,
-    leased_until = clock_timestamp() + $2::bigint * interval '1 microsecond',
-    updated_at = clock_timestamp()
+const sqlAcquireChosen = sqlClaim + `
 FROM unnest($3::bigint[], $4::bigint[]) AS c(id, token)
 WHERE r.id = c.id AND r.status = 'UNUSED' AND (c.token IS NULL OR r.lease_token = c.token) AND r.lease_token < 9223372036854775807
-RETURNING r.id, r.identifier, r.lease_token, r.leased_until`
+` + sqlClaimReturning
 
 // The optimistic read: no lock at all.
 const sqlAcquireOptimisticRead = `
@@ -286,8 +289,8 @@ type LeaseTransferParams struct {
 	TTL   time.Duration // 0 keeps the current expiry; otherwise a fresh lease of TTL
 }
 
-// Transfer hands a live lease to another holder with a higher token (seed
-// 002): the old holder's token is stale from now on.
+// Transfer hands a live lease to another holder with a higher token: the
+// old holder's token is stale from now on.
 const sqlTransfer = `
 UPDATE resource_pool
 SET holder = $3, lease_token = lease_token + 1,

@@ -2,7 +2,9 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,10 +30,7 @@ type bundle struct {
 // setup gives the test a migrated schema of its own with size free ids.
 func setup(t *testing.T, size int) *bundle {
 	t.Helper()
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	db := pgtest.NewSeeded(t, ctx, size, pgtest.Options{MaxConns: 40})
+	ctx, db := pgtest.Setup(t, size, pgtest.Options{MaxConns: 40, Timeout: 3 * time.Minute})
 	return &bundle{ctx: ctx, eng: db.Engine, pool: db.Pool, schema: db.Schema}
 }
 
@@ -57,20 +56,13 @@ func (b *bundle) dbNow(t *testing.T) time.Time {
 // waitExpired polls the database clock until the lease has passed.
 func (b *bundle) waitExpired(t *testing.T, l engine.Lease) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	pgtest.Eventually(t, fmt.Sprintf("lease of id %d expired by the database clock", l.ID), 10*time.Second, func() bool {
 		var expired bool
 		if err := b.pool.QueryRow(b.ctx, "SELECT clock_timestamp() > $1", l.LeasedUntil).Scan(&expired); err != nil {
 			t.Fatal(err)
 		}
-		if expired {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lease of id %d did not expire by the database clock within 10s", l.ID)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return expired
+	})
 }
 
 // row reads status, token and holder of one id.
@@ -95,22 +87,15 @@ func (b *bundle) effects(t *testing.T, id int64) int {
 // waitLockWaiter polls pg_stat_activity until a session of appName waits on a lock.
 func (b *bundle) waitLockWaiter(t *testing.T, appName string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	pgtest.Eventually(t, "a session of "+appName+" waiting on a lock", 10*time.Second, func() bool {
 		var n int
 		err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE wait_event_type = 'Lock' AND application_name = $1`, appName).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no session of %s waited on a lock within 10s", appName)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return n > 0
+	})
 }
 
 // audit checks conservation: every id has a known status, every CONSUMED id
@@ -143,4 +128,30 @@ func (b *bundle) seedOne(t *testing.T, i int) {
 	if _, err := b.pool.Exec(b.ctx, "INSERT INTO resource_pool (identifier) VALUES ($1)", fmt.Sprint("race-", i)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// concurrently runs work(w) for w from 0 to n-1, each on a goroutine of its
+// own, all at once, and fails the test with the errors they returned once
+// every one has.
+func concurrently(t *testing.T, n int, work func(w int) error) {
+	t.Helper()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Go(func() { errs[w] = work(w) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inStatus counts the rows in status.
+func (b *bundle) inStatus(t *testing.T, status engine.Status) int {
+	t.Helper()
+	var n int
+	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM resource_pool WHERE status = $1", status).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

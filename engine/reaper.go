@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -100,15 +101,9 @@ type ReaperConfig struct {
 
 func (c *ReaperConfig) withDefaults() ReaperConfig {
 	out := *c
-	if out.Interval == 0 {
-		out.Interval = time.Second
-	}
-	if out.Batch == 0 {
-		out.Batch = 1000
-	}
-	if out.MaxBatches == 0 {
-		out.MaxBatches = 100
-	}
+	out.Interval = cmp.Or(out.Interval, time.Second)
+	out.Batch = cmp.Or(out.Batch, 1000)
+	out.MaxBatches = cmp.Or(out.MaxBatches, 100)
 	return out
 }
 

@@ -13,9 +13,9 @@ import (
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 )
 
-// Seed 002's experiment: A holds, transfers to B; B's token is higher; A's
-// commit with its old token is rejected at the ledger; B's is accepted.
-func TestSeed002TransferRejectsOldHolder(t *testing.T) {
+// A hand-over: A holds, transfers to B; B's token is higher; A's commit
+// with its old token is rejected at the ledger; B's is accepted.
+func TestTransferRejectsOldHolder(t *testing.T) {
 	b := setup(t, 1)
 	a := b.acquire(t, "worker-a", time.Minute)
 	bl, err := b.eng.LeaseTransfer(b.ctx, &engine.LeaseTransferParams{ID: a.ID, Token: a.Token, To: "worker-b"})
@@ -42,21 +42,21 @@ func TestSeed002TransferRejectsOldHolder(t *testing.T) {
 	}
 }
 
-// Seed 000's resurrection timeline: A acquires, pauses past its TTL, the
-// reaper reclaims, B acquires, A wakes and commits (rejected), B commits
-// (accepted); exactly one effect.
-func TestSeed000ResurrectionTimeline(t *testing.T) {
+// A zombie's resurrection, step by step: A acquires, pauses past its TTL,
+// the reaper reclaims, B acquires, A wakes and commits (rejected), B
+// commits (accepted); exactly one effect.
+func TestZombieResurrectionTimeline(t *testing.T) {
 	b := setup(t, 1)
-	a := b.acquire(t, "pod-a", 20*time.Millisecond) // T0
-	b.waitExpired(t, a)                             // T1..T31: A is frozen
+	a := b.acquire(t, "pod-a", 20*time.Millisecond)
+	b.waitExpired(t, a) // A is frozen past its lease
 	reaper, err := b.eng.NewReaper(engine.ReaperConfig{Batch: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := reaper.RunOnce(b.ctx); err != nil || n != 1 { // T31
+	if n, err := reaper.RunOnce(b.ctx); err != nil || n != 1 {
 		t.Fatalf("reaper: %v, reclaimed %d", err, n)
 	}
-	bl := b.acquire(t, "pod-b", time.Minute) // T32
+	bl := b.acquire(t, "pod-b", time.Minute)
 	if bl.ID != a.ID || bl.Token <= a.Token {
 		t.Fatalf("B got %+v, want id %d with a token above %d", bl, a.ID, a.Token)
 	}
@@ -139,14 +139,20 @@ func TestCommitIdempotency(t *testing.T) {
 	b.audit(t, 2)
 }
 
+// op is one side of a race, run on the engine of its side.
+type op func(*engine.Engine) error
+
 // race runs two operations at once on separate connections, many times,
-// and checks that exactly one of them wins every time.
-func race(t *testing.T, b *bundle, rounds int, prepare func(i int) (engine.Lease, func(*engine.Engine) error, func(*engine.Engine) error)) (firstWins, secondWins int) {
+// and checks that exactly one of them wins every time. Each round adds an
+// id, leases it to "w" for a minute, and races the operations ops makes for
+// that lease.
+func race(t *testing.T, b *bundle, rounds int, ops func(i int, l engine.Lease) (op, op)) (firstWins, secondWins int) {
 	t.Helper()
 	engA := engine.New(pgtest.Pool(t, b.schema, pgtest.Options{MaxConns: 1, AppName: "side-a"}))
 	engB := engine.New(pgtest.Pool(t, b.schema, pgtest.Options{MaxConns: 1, AppName: "side-b"}))
 	for i := 0; i < rounds; i++ {
-		_, opA, opB := prepare(i)
+		b.seedOne(t, i)
+		opA, opB := ops(i, b.acquire(t, "w", time.Minute))
 		var errA, errB error
 		var wg sync.WaitGroup
 		start := make(chan struct{})
@@ -176,7 +182,7 @@ func race(t *testing.T, b *bundle, rounds int, prepare func(i int) (engine.Lease
 
 // reaperAt reaps as if the clock were far ahead, so it races with calls the
 // database clock still considers live.
-func reaperAt(id int64) func(*engine.Engine) error {
+func reaperAt(id int64) op {
 	return func(e *engine.Engine) error {
 		now := time.Now().Add(time.Hour)
 		res, err := e.LeaseReap(bg(), &engine.LeaseReapParams{Batch: 10, Now: &now})
@@ -192,10 +198,8 @@ func reaperAt(id int64) func(*engine.Engine) error {
 
 func TestRaceReaperVsRenew(t *testing.T) {
 	b := setup(t, 0)
-	a, c := race(t, b, 100, func(i int) (engine.Lease, func(*engine.Engine) error, func(*engine.Engine) error) {
-		b.seedOne(t, i)
-		l := b.acquire(t, "w", time.Minute)
-		return l, reaperAt(l.ID), func(e *engine.Engine) error {
+	a, c := race(t, b, 100, func(_ int, l engine.Lease) (op, op) {
+		return reaperAt(l.ID), func(e *engine.Engine) error {
 			_, err := e.LeaseRenew(bg(), &engine.LeaseRenewParams{ID: l.ID, Token: l.Token, TTL: 2 * time.Hour})
 			return err
 		}
@@ -206,10 +210,8 @@ func TestRaceReaperVsRenew(t *testing.T) {
 
 func TestRaceReaperVsCommit(t *testing.T) {
 	b := setup(t, 0)
-	a, c := race(t, b, 100, func(i int) (engine.Lease, func(*engine.Engine) error, func(*engine.Engine) error) {
-		b.seedOne(t, i)
-		l := b.acquire(t, "w", time.Minute)
-		return l, reaperAt(l.ID), func(e *engine.Engine) error {
+	a, c := race(t, b, 100, func(i int, l engine.Lease) (op, op) {
+		return reaperAt(l.ID), func(e *engine.Engine) error {
 			_, err := e.LeaseCommit(bg(), &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: "w", RequestID: fmt.Sprint("r", i)})
 			return err
 		}
@@ -227,16 +229,16 @@ func TestRaceReaperVsCommit(t *testing.T) {
 
 func TestRaceTransferVsRelease(t *testing.T) {
 	b := setup(t, 0)
-	a, c := race(t, b, 100, func(i int) (engine.Lease, func(*engine.Engine) error, func(*engine.Engine) error) {
-		b.seedOne(t, i)
-		l := b.acquire(t, "w", time.Minute)
-		return l, func(e *engine.Engine) error {
-				_, err := e.LeaseTransfer(bg(), &engine.LeaseTransferParams{ID: l.ID, Token: l.Token, To: "x"})
-				return err
-			}, func(e *engine.Engine) error {
-				_, err := e.LeaseRelease(bg(), &engine.LeaseReleaseParams{ID: l.ID, Token: l.Token})
-				return err
-			}
+	a, c := race(t, b, 100, func(_ int, l engine.Lease) (op, op) {
+		transfer := func(e *engine.Engine) error {
+			_, err := e.LeaseTransfer(bg(), &engine.LeaseTransferParams{ID: l.ID, Token: l.Token, To: "x"})
+			return err
+		}
+		release := func(e *engine.Engine) error {
+			_, err := e.LeaseRelease(bg(), &engine.LeaseReleaseParams{ID: l.ID, Token: l.Token})
+			return err
+		}
+		return transfer, release
 	})
 	t.Logf("transfer won %d, release won %d", a, c)
 }
@@ -249,11 +251,9 @@ func TestConcurrentCyclesStress(t *testing.T) {
 	pool := pgtest.Pool(t, b.schema, pgtest.Options{MaxConns: workers})
 	eng := engine.New(pool)
 	var (
-		mu       sync.Mutex
-		held     = map[int64]string{}
-		commits  atomic.Int64
-		failures = make(chan error, workers)
-		wg       sync.WaitGroup
+		mu      sync.Mutex
+		held    = map[int64]string{}
+		commits atomic.Int64
 	)
 	take := func(id int64, who string) error {
 		mu.Lock()
@@ -265,68 +265,52 @@ func TestConcurrentCyclesStress(t *testing.T) {
 		return nil
 	}
 	drop := func(id int64) { mu.Lock(); delete(held, id); mu.Unlock() }
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			me := fmt.Sprint("w", w)
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			for c := 0; c < cycles; c++ {
-				ls, err := eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{Holder: me, TTL: time.Minute, N: 1})
+	concurrently(t, workers, func(w int) error {
+		me := fmt.Sprint("w", w)
+		rng := rand.New(rand.NewPCG(uint64(w), 7))
+		for c := 0; c < cycles; c++ {
+			ls, err := eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{Holder: me, TTL: time.Minute, N: 1})
+			if err != nil {
+				return fmt.Errorf("%s cycle %d: acquire: %w", me, c, err)
+			}
+			l := ls[0]
+			if err := take(l.ID, me); err != nil {
+				return err
+			}
+			switch p := rng.IntN(10); {
+			case p < 3: // commit
+				drop(l.ID) // before the call: once committed nobody may hold it
+				if _, err := eng.LeaseCommit(b.ctx, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: me, RequestID: fmt.Sprint(me, "-", c)}); err != nil {
+					return fmt.Errorf("%s commit: %w", me, err)
+				}
+				commits.Add(1)
+			case p < 4: // hand over to a colleague who commits
+				tr, err := eng.LeaseTransfer(b.ctx, &engine.LeaseTransferParams{ID: l.ID, Token: l.Token, To: me + "-b"})
 				if err != nil {
-					failures <- fmt.Errorf("%s cycle %d: acquire: %w", me, c, err)
-					return
+					return fmt.Errorf("%s transfer: %w", me, err)
 				}
-				l := ls[0]
-				if err := take(l.ID, me); err != nil {
-					failures <- err
-					return
+				if _, err := eng.LeaseCommit(b.ctx, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, RequestID: fmt.Sprint(me, "-stale-", c)}); !errors.Is(err, engine.ErrStaleToken) {
+					return fmt.Errorf("%s: stale commit after transfer: %v", me, err)
 				}
-				switch p := rng.IntN(10); {
-				case p < 3: // commit
-					drop(l.ID) // before the call: once committed nobody may hold it
-					if _, err := eng.LeaseCommit(b.ctx, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: me, RequestID: fmt.Sprint(me, "-", c)}); err != nil {
-						failures <- fmt.Errorf("%s commit: %w", me, err)
-						return
+				drop(l.ID)
+				if _, err := eng.LeaseCommit(b.ctx, &engine.LeaseCommitParams{ID: tr.ID, Token: tr.Token, Holder: tr.Holder, RequestID: fmt.Sprint(me, "-", c)}); err != nil {
+					return fmt.Errorf("%s commit after transfer: %w", me, err)
+				}
+				commits.Add(1)
+			default: // renew sometimes, then release
+				if p == 9 {
+					if _, err := eng.LeaseRenew(b.ctx, &engine.LeaseRenewParams{ID: l.ID, Token: l.Token, TTL: time.Minute}); err != nil {
+						return fmt.Errorf("%s renew: %w", me, err)
 					}
-					commits.Add(1)
-				case p < 4: // hand over to a colleague who commits
-					tr, err := eng.LeaseTransfer(b.ctx, &engine.LeaseTransferParams{ID: l.ID, Token: l.Token, To: me + "-b"})
-					if err != nil {
-						failures <- fmt.Errorf("%s transfer: %w", me, err)
-						return
-					}
-					if _, err := eng.LeaseCommit(b.ctx, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, RequestID: fmt.Sprint(me, "-stale-", c)}); !errors.Is(err, engine.ErrStaleToken) {
-						failures <- fmt.Errorf("%s: stale commit after transfer: %v", me, err)
-						return
-					}
-					drop(l.ID)
-					if _, err := eng.LeaseCommit(b.ctx, &engine.LeaseCommitParams{ID: tr.ID, Token: tr.Token, Holder: tr.Holder, RequestID: fmt.Sprint(me, "-", c)}); err != nil {
-						failures <- fmt.Errorf("%s commit after transfer: %w", me, err)
-						return
-					}
-					commits.Add(1)
-				default: // renew sometimes, then release
-					if p == 9 {
-						if _, err := eng.LeaseRenew(b.ctx, &engine.LeaseRenewParams{ID: l.ID, Token: l.Token, TTL: time.Minute}); err != nil {
-							failures <- fmt.Errorf("%s renew: %w", me, err)
-							return
-						}
-					}
-					drop(l.ID)
-					if _, err := eng.LeaseRelease(b.ctx, &engine.LeaseReleaseParams{ID: l.ID, Token: l.Token}); err != nil {
-						failures <- fmt.Errorf("%s release: %w", me, err)
-						return
-					}
+				}
+				drop(l.ID)
+				if _, err := eng.LeaseRelease(b.ctx, &engine.LeaseReleaseParams{ID: l.ID, Token: l.Token}); err != nil {
+					return fmt.Errorf("%s release: %w", me, err)
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	close(failures)
-	for err := range failures {
-		t.Fatal(err)
-	}
+		}
+		return nil
+	})
 	b.audit(t, size)
 	var consumed, pending int64
 	if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FILTER (WHERE status = 'CONSUMED'), count(*) FILTER (WHERE status = 'PENDING') FROM resource_pool").Scan(&consumed, &pending); err != nil {
@@ -345,44 +329,37 @@ func TestStrategiesUnderConcurrency(t *testing.T) {
 	for _, st := range []engine.Strategy{engine.Blocking, engine.Optimistic} {
 		t.Run(st.String(), func(t *testing.T) {
 			b := setup(t, 2000)
-			var wg sync.WaitGroup
 			var mu sync.Mutex
 			seen := map[int64]bool{}
-			errs := make(chan error, 8)
-			for w := 0; w < 8; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; i < 50; i++ {
-						ls, err := b.eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{Holder: "w", TTL: time.Minute, N: 3, Strategy: st})
-						if errors.Is(err, engine.ErrContended) {
-							continue
-						}
-						if err != nil {
-							errs <- err
-							return
-						}
-						mu.Lock()
-						for _, l := range ls {
-							if seen[l.ID] {
-								errs <- fmt.Errorf("id %d claimed twice", l.ID)
-							}
-							seen[l.ID] = true
-						}
-						mu.Unlock()
+			// claim records the ids of one claim, and says if one was seen before.
+			claim := func(ls []engine.Lease) error {
+				mu.Lock()
+				defer mu.Unlock()
+				var twice error
+				for _, l := range ls {
+					if seen[l.ID] {
+						twice = fmt.Errorf("id %d claimed twice", l.ID)
 					}
-				}()
+					seen[l.ID] = true
+				}
+				return twice
 			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
-			var pending int
-			if err := b.pool.QueryRow(b.ctx, "SELECT count(*) FROM resource_pool WHERE status = 'PENDING'").Scan(&pending); err != nil {
-				t.Fatal(err)
-			}
-			if pending != len(seen) {
+			concurrently(t, 8, func(int) error {
+				for i := 0; i < 50; i++ {
+					ls, err := b.eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{Holder: "w", TTL: time.Minute, N: 3, Strategy: st})
+					if errors.Is(err, engine.ErrContended) {
+						continue
+					}
+					if err != nil {
+						return err
+					}
+					if err := claim(ls); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if pending := b.inStatus(t, engine.StatusPending); pending != len(seen) {
 				t.Fatalf("%d PENDING rows, %d distinct leases", pending, len(seen))
 			}
 		})
@@ -391,12 +368,7 @@ func TestStrategiesUnderConcurrency(t *testing.T) {
 
 func TestOptimisticConflictIsCountedAndRetried(t *testing.T) {
 	b := setup(t, 3)
-	peer := pgtest.Conn(t, b.schema)
-	tx, err := peer.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(b.ctx)
+	tx := pgtest.PeerTx(t, b.ctx, b.schema)
 	var first int64
 	// Another worker wins the first row but has not committed yet.
 	if err := tx.QueryRow(b.ctx, `UPDATE resource_pool SET status = 'PENDING', holder = 'peer', lease_token = lease_token + 1

@@ -3,7 +3,7 @@
 // all create exactly the same tables.
 //
 // A schema that already holds a resource_pool pooltop did not create (a pool
-// built after the article, often in production) is adopted only when the
+// built by hand, often in production) is adopted only when the
 // caller allows it: Inspect reads what is there without writing, Plan says
 // every statement Apply would run (migrate --dry-run prints them), and on a
 // table that holds rows the partial indexes are built CONCURRENTLY, so that
@@ -118,16 +118,8 @@ LEFT JOIN pg_class c ON c.relname = 'resource_pool' AND c.relkind IN ('r', 'p')
 			return nil, fmt.Errorf("read the pooltop marker: %w", err)
 		}
 		kv := map[string]string{}
-		for rows.Next() {
-			var k, v string
-			if err := rows.Scan(&k, &v); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("read the pooltop marker: %w", err)
-			}
-			kv[k] = v
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		var k, v string
+		if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { kv[k] = v; return nil }); err != nil {
 			return nil, fmt.Errorf("read the pooltop marker: %w", err)
 		}
 		if kv["created_by"] == "pooltop" {
@@ -151,16 +143,8 @@ WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, oid)
 	if err != nil {
 		return fmt.Errorf("inspect resource_pool: %w", err)
 	}
-	for rows.Next() {
-		var name, typ string
-		if err := rows.Scan(&name, &typ); err != nil {
-			rows.Close()
-			return fmt.Errorf("inspect resource_pool: %w", err)
-		}
-		st.Columns[name] = typ
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	var column, typ string
+	if _, err := pgx.ForEachRow(rows, []any{&column, &typ}, func() error { st.Columns[column] = typ; return nil }); err != nil {
 		return fmt.Errorf("inspect resource_pool: %w", err)
 	}
 	// Indexes: a valid partial index with the claim's (or the reaper's)
@@ -174,14 +158,10 @@ WHERE i.indrelid = $1`, oid)
 	if err != nil {
 		return fmt.Errorf("inspect the indexes of resource_pool: %w", err)
 	}
-	for rows.Next() {
-		var name, pred, first string
-		var valid, unique bool
-		var natts int
-		if err := rows.Scan(&name, &valid, &unique, &natts, &pred, &first); err != nil {
-			rows.Close()
-			return fmt.Errorf("inspect the indexes of resource_pool: %w", err)
-		}
+	var name, pred, first string
+	var valid, unique bool
+	var natts int
+	_, err = pgx.ForEachRow(rows, []any{&name, &valid, &unique, &natts, &pred, &first}, func() error {
 		switch {
 		case !valid:
 			if name == UnusedIndex || name == PendingIndex {
@@ -194,9 +174,9 @@ WHERE i.indrelid = $1`, oid)
 		case first == "leased_until" && strings.Contains(pred, "'PENDING'") && st.PendingIndex == "":
 			st.PendingIndex = name
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("inspect the indexes of resource_pool: %w", err)
 	}
 	if st.Partitioned {
@@ -207,20 +187,15 @@ WHERE t.level > 0 ORDER BY c.relname`, qualified)
 		if err != nil {
 			return fmt.Errorf("list the partitions of resource_pool: %w", err)
 		}
-		for parts.Next() {
-			var name, kind string
-			if err := parts.Scan(&name, &kind); err != nil {
-				parts.Close()
-				return err
-			}
+		var part, kind string
+		_, err = pgx.ForEachRow(parts, []any{&part, &kind}, func() error {
 			if kind == "p" {
-				parts.Close()
-				return fmt.Errorf("%w: %s is partitioned again (several levels of partitions): create the partial indexes by hand", ErrIncompatible, name)
+				return fmt.Errorf("%w: %s is partitioned again (several levels of partitions): create the partial indexes by hand", ErrIncompatible, part)
 			}
-			st.Partitions = append(st.Partitions, name)
-		}
-		parts.Close()
-		if err := parts.Err(); err != nil {
+			st.Partitions = append(st.Partitions, part)
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 	}
@@ -257,7 +232,7 @@ type Step struct {
 	Goose bool
 }
 
-// contract lists the article's columns, the types pooltop works with, and how a
+// contract lists the basic columns, the types pooltop works with, and how a
 // missing one is added (the migration adds them all with IF NOT EXISTS).
 var contract = []struct {
 	name  string
@@ -279,7 +254,7 @@ func checkAdoptable(st *State) error {
 		typ, ok := st.Columns[c.name]
 		if !ok {
 			if c.add == "" {
-				return fmt.Errorf("%w: it has no %s column: pooltop needs the article's columns (id, identifier, status, leased_until, lease_token, updated_at)", ErrIncompatible, c.name)
+				return fmt.Errorf("%w: it has no %s column: pooltop needs the basic columns (id, identifier, status, leased_until, lease_token, updated_at)", ErrIncompatible, c.name)
 			}
 			continue
 		}

@@ -15,9 +15,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// articlePool is the seed's resource_pool, built by hand: no holder, no
-// PENDING index, no marker.
-const articlePool = `
+// handBuiltPool is a resource_pool built by hand with the basic columns:
+// no holder, no PENDING index, no marker.
+const handBuiltPool = `
 CREATE TABLE resource_pool (
     id            BIGSERIAL PRIMARY KEY,
     identifier    VARCHAR(255) UNIQUE NOT NULL,
@@ -59,7 +59,7 @@ SELECT coalesce((SELECT string_agg(c.relname || ':' || c.relkind::text || ':' ||
 	return s + "|" + rows
 }
 
-// A pool built by hand after the article is not touched without permission,
+// A hand-built pool is not touched without permission,
 // not even by a dry run, and is adopted in place with it: its rows keep
 // their state, an equivalent index is not duplicated, and the schema is
 // marked as adopted (not created).
@@ -67,7 +67,7 @@ func TestForeignPoolIsAdoptedOnlyWhenAllowed(t *testing.T) {
 	ctx := context.Background()
 	schema := pgtest.Schema(t)
 	conn := pgtest.Conn(t, schema)
-	if _, err := conn.Exec(ctx, articlePool); err != nil {
+	if _, err := conn.Exec(ctx, handBuiltPool); err != nil {
 		t.Fatal(err)
 	}
 	before := fingerprint(t, conn, schema)
@@ -140,16 +140,11 @@ func TestAdoptionNeverBlocksWriters(t *testing.T) {
 	defer cancel()
 	schema := pgtest.Schema(t)
 	conn := pgtest.Conn(t, schema)
-	if _, err := conn.Exec(ctx, articlePool); err != nil {
+	if _, err := conn.Exec(ctx, handBuiltPool); err != nil {
 		t.Fatal(err)
 	}
 	// An application transaction in flight: it holds a row lock on the pool.
-	app := pgtest.Conn(t, schema)
-	tx, err := app.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	tx := pgtest.PeerTx(t, ctx, schema) // committed below
 	if _, err := tx.Exec(ctx, "UPDATE resource_pool SET status = 'PENDING', updated_at = now() WHERE id = 10"); err != nil {
 		t.Fatal(err)
 	}
@@ -159,8 +154,7 @@ func TestAdoptionNeverBlocksWriters(t *testing.T) {
 		done <- err
 	}()
 	// Wait until the index build waits for the application's transaction.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pgtest.Eventually(t, "the index build waiting for the open transaction", 20*time.Second, func() bool {
 		var waiting bool
 		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE query LIKE 'CREATE INDEX%' AND wait_event_type = 'Lock')`).Scan(&waiting)
@@ -168,18 +162,15 @@ func TestAdoptionNeverBlocksWriters(t *testing.T) {
 			t.Fatal(err)
 		}
 		if waiting {
-			break
+			return true
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("migration ended before waiting for the open transaction: %v", err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the index build never waited for the open transaction")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 	// Another worker claims and writes meanwhile, without waiting.
 	worker := pgtest.Conn(t, schema)
 	if _, err := worker.Exec(ctx, "SET lock_timeout = '1s'"); err != nil {
@@ -229,7 +220,7 @@ func TestAdoptionChecksTheColumns(t *testing.T) {
 			t.Errorf("%s: a refused adoption changed the schema", c.table)
 		}
 	}
-	// Only the article's first columns: the lease columns are added.
+	// Only id, identifier and status: the lease columns are added.
 	schema := pgtest.Schema(t)
 	conn := pgtest.Conn(t, schema)
 	if _, err := conn.Exec(ctx, `CREATE TABLE resource_pool (id bigserial PRIMARY KEY, identifier text UNIQUE NOT NULL, status text DEFAULT 'UNUSED');
@@ -245,7 +236,7 @@ func TestAdoptionChecksTheColumns(t *testing.T) {
 	}
 }
 
-// A hash-partitioned pool built after the article is adopted with its
+// A hash-partitioned hand-built pool is adopted with its
 // indexes built concurrently on every partition and attached to the parent.
 func TestAdoptPartitionedPool(t *testing.T) {
 	ctx := context.Background()

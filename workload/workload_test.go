@@ -2,7 +2,6 @@ package workload_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
+	"github.com/pooltop-dev/pooltop/internal/startstop/startstoptest"
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
@@ -24,22 +24,20 @@ type bundle struct {
 
 func setup(t *testing.T, size int) *bundle {
 	t.Helper()
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return &bundle{ctx: ctx, eng: pgtest.NewSeeded(t, ctx, size, pgtest.Options{MaxConns: 40}).Engine}
+	ctx, db := pgtest.Setup(t, size, pgtest.Options{MaxConns: 40})
+	return &bundle{ctx: ctx, eng: db.Engine}
 }
 
-// poll waits for cond with a deadline.
-func poll(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+// newWorkload builds a workload with cfg on the test's pool, not started;
+// it is stopped at cleanup.
+func (b *bundle) newWorkload(t *testing.T, cfg workload.Config) *workload.Workload {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
+	wl, err := workload.New(b.eng, cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(wl.Stop)
+	return wl
 }
 
 func (b *bundle) audit(t *testing.T) engine.AuditReport {
@@ -55,21 +53,17 @@ func TestKnobsChangeWhileRunningAndStopCleanly(t *testing.T) {
 	b := setup(t, 20000)
 	cfg := workload.Defaults()
 	cfg.Workers, cfg.Task, cfg.TTL = 4, 30*time.Second, time.Minute // every worker sits on its lease
-	wl, err := workload.New(b.eng, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wl := b.newWorkload(t, cfg)
 	wl.Start(b.ctx)
-	defer wl.Stop()
 	pending := func() int64 { return b.audit(t).Pending }
-	poll(t, "4 workers holding leases", 10*time.Second, func() bool { return wl.Snapshot().Workers == 4 && pending() == 4 })
+	pgtest.Eventually(t, "4 workers holding leases", 10*time.Second, func() bool { return wl.Snapshot().Workers == 4 && pending() == 4 })
 
 	cfg.Workers = 1
 	if err := wl.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
 	// The three stopped workers release their leases on the way out.
-	poll(t, "down to 1 worker", 10*time.Second, func() bool { return wl.Snapshot().Workers == 1 && pending() == 1 })
+	pgtest.Eventually(t, "down to 1 worker", 10*time.Second, func() bool { return wl.Snapshot().Workers == 1 && pending() == 1 })
 	if s := wl.Snapshot(); s.Released != 3 {
 		t.Fatalf("released %d, want 3", s.Released)
 	}
@@ -78,7 +72,7 @@ func TestKnobsChangeWhileRunningAndStopCleanly(t *testing.T) {
 	if err := wl.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "6 workers cycling", 10*time.Second, func() bool { s := wl.Snapshot(); return s.Workers == 6 && s.Committed > 100 })
+	pgtest.Eventually(t, "6 workers cycling", 10*time.Second, func() bool { s := wl.Snapshot(); return s.Workers == 6 && s.Committed > 100 })
 
 	bad := cfg
 	bad.Workers = workload.MaxWorkers + 1
@@ -104,19 +98,15 @@ func TestStrategyAndFencingKnobsApplyWithinACycle(t *testing.T) {
 	b := setup(t, 50000)
 	cfg := workload.Defaults()
 	cfg.Workers, cfg.Task = 4, 0
-	wl, err := workload.New(b.eng, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wl := b.newWorkload(t, cfg)
 	wl.Start(b.ctx)
-	defer wl.Stop()
-	poll(t, "cycles", 10*time.Second, func() bool { return wl.Snapshot().Committed > 50 })
+	pgtest.Eventually(t, "cycles", 10*time.Second, func() bool { return wl.Snapshot().Committed > 50 })
 	cfg.Strategy = engine.Optimistic
 	cfg.Workers = 8
 	if err := wl.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "optimistic conflicts", 20*time.Second, func() bool { return wl.Snapshot().Conflicts > 0 })
+	pgtest.Eventually(t, "optimistic conflicts", 20*time.Second, func() bool { return wl.Snapshot().Conflicts > 0 })
 	// Reset, with no worker running so that nothing counts meanwhile:
 	// every counter starts again from zero. Workers told to stop go on
 	// counting until they exit: the counters never dip on the way.
@@ -125,7 +115,7 @@ func TestStrategyAndFencingKnobsApplyWithinACycle(t *testing.T) {
 	if err := wl.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "workers stopped", 10*time.Second, func() bool { s := wl.Snapshot(); return s.Workers == 0 && s.Stopping == 0 })
+	pgtest.Eventually(t, "workers stopped", 10*time.Second, func() bool { s := wl.Snapshot(); return s.Workers == 0 && s.Stopping == 0 })
 	before := wl.Snapshot()
 	if before.Committed < running.Committed || before.AcquireCalls < running.AcquireCalls {
 		t.Fatalf("counters dipped as workers stopped: %d commits, %d acquire calls while running, %d and %d after",
@@ -140,7 +130,7 @@ func TestStrategyAndFencingKnobsApplyWithinACycle(t *testing.T) {
 	if err := wl.SetConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "commits without leases", 10*time.Second, func() bool { return wl.Snapshot().Committed > 50 })
+	pgtest.Eventually(t, "commits without leases", 10*time.Second, func() bool { return wl.Snapshot().Committed > 50 })
 	wl.Stop()
 	if a := b.audit(t); len(a.Violations) != 0 {
 		t.Fatalf("violations: %v", a.Violations)
@@ -151,13 +141,9 @@ func TestRefillTopsUpThePool(t *testing.T) {
 	b := setup(t, 0)
 	cfg := workload.Defaults()
 	cfg.Workers, cfg.Refill = 0, 2000
-	wl, err := workload.New(b.eng, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wl := b.newWorkload(t, cfg)
 	wl.Start(b.ctx)
-	defer wl.Stop()
-	poll(t, "refilled ids", 10*time.Second, func() bool { return b.audit(t).Unused >= 400 })
+	pgtest.Eventually(t, "refilled ids", 10*time.Second, func() bool { return b.audit(t).Unused >= 400 })
 	if s := wl.Snapshot(); s.Refilled < 400 {
 		t.Fatalf("refilled %d", s.Refilled)
 	}
@@ -230,30 +216,13 @@ func TestWorkloadStartStopRestart(t *testing.T) {
 	b := setup(t, 50_000)
 	cfg := workload.Defaults()
 	cfg.Workers, cfg.Task = 4, time.Millisecond
-	wl, err := workload.New(b.eng, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wl := b.newWorkload(t, cfg)
 	wl.Stop() // before Start
-	var wg sync.WaitGroup
-	for g := 0; g < 4; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			for i := 0; i < 10; i++ {
-				if (i+g)%2 == 0 {
-					wl.Start(b.ctx)
-				} else {
-					wl.Stop()
-				}
-			}
-		}(g)
-	}
-	wg.Wait()
+	startstoptest.Stress(4, 10, func() { wl.Start(b.ctx) }, wl.Stop)
 	wl.Stop()
 	before := wl.Snapshot().Committed
 	wl.Start(b.ctx)
-	poll(t, "commits after a restart", 30*time.Second, func() bool { return wl.Snapshot().Committed > before+10 })
+	pgtest.Eventually(t, "commits after a restart", 30*time.Second, func() bool { return wl.Snapshot().Committed > before+10 })
 	wl.Stop()
 	if s := wl.Snapshot(); s.Workers != 0 {
 		t.Fatalf("%d workers after Stop", s.Workers)

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pooltop-dev/pooltop/internal/pgembed"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
 )
 
 const helperEnv = "PGEMBED_TEST_HELPER"
@@ -63,20 +64,6 @@ func alive(pid int) bool {
 	}
 	i := bytes.LastIndexByte(stat, ')')
 	return !(i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z')
-}
-
-// eventually polls cond every 10 ms until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", within, what)
-		}
-		<-tick.C
-	}
 }
 
 // ourDirs lists the pooltop-pg-<our pid>-* directories in pgembed.BaseDir().
@@ -229,7 +216,7 @@ func TestStartQueryStop(t *testing.T) {
 	if _, err := os.Stat(filepath.Dir(dataDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("temporary directory still there after Stop: %v", err)
 	}
-	eventually(t, 10*time.Second, fmt.Sprintf("postgres pid %d still running after Stop", pid), func() bool { return !alive(pid) })
+	pgtest.Eventually(t, fmt.Sprintf("postgres pid %d gone after Stop", pid), 10*time.Second, func() bool { return !alive(pid) })
 	if err := srv.Stop(); err != nil {
 		t.Errorf("second Stop: %v", err)
 	}
@@ -535,7 +522,7 @@ func TestKilledParentLeavesNoServer(t *testing.T) {
 	_ = cmd.Wait()
 	killed = true
 	killedAt := time.Now()
-	eventually(t, 10*time.Second, fmt.Sprintf("orphaned postgres pid %d still running after its parent was killed", pid),
+	pgtest.Eventually(t, fmt.Sprintf("orphaned postgres pid %d gone after its parent was killed", pid), 10*time.Second,
 		func() bool { return !alive(pid) })
 	t.Logf("postgres pid %d gone %v after its parent was killed", pid, time.Since(killedAt))
 	if _, err := os.Stat(helperDir); err != nil {

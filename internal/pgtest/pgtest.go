@@ -6,6 +6,7 @@
 package pgtest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -61,44 +62,65 @@ func Server() *pgembed.Server { return server }
 
 var unsafe = regexp.MustCompile(`[^a-z0-9_]+`)
 
+// UniqueName is prefix and eight random hex digits: a name for a schema or
+// a database that no other test, nor an earlier run, uses.
+func UniqueName(prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
 // Schema creates an empty schema named after the test and drops it at cleanup.
 func Schema(t testing.TB) string {
 	t.Helper()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
 	name := strings.ToLower(t.Name())
 	name = unsafe.ReplaceAllString(name, "_")
 	if len(name) > 40 {
 		name = name[:40]
 	}
-	schema := "t_" + name + "_" + hex.EncodeToString(b[:])
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+	schema := UniqueName("t_" + name + "_")
+	quoted := pgx.Identifier{schema}.Sanitize()
+	if err := Exec(context.Background(), "CREATE SCHEMA "+quoted); err != nil {
 		t.Fatalf("pgtest: create schema: %v", err)
 	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), dsn)
-		if err != nil {
-			t.Errorf("pgtest: drop schema: %v", err)
-			return
-		}
-		defer c.Close(context.Background())
-		if _, err := c.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("pgtest: drop schema %s: %v", schema, err)
-		}
-	})
+	DropAtCleanup(t, "DROP SCHEMA "+quoted+" CASCADE")
 	return schema
 }
 
-// Options tune Pool.
+// Exec runs statements, in order, on a short-lived connection to the test
+// database, outside any test's schema.
+func Exec(ctx context.Context, statements ...string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	for _, s := range statements {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// DropAtCleanup runs statements (a DROP, as a rule) with Exec when the test
+// ends, and reports a failure with t.Error: what a test creates outside its
+// own schema, it removes this way.
+func DropAtCleanup(t testing.TB, statements ...string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if err := Exec(context.Background(), statements...); err != nil {
+			t.Errorf("pgtest: cleanup: %v", err)
+		}
+	})
+}
+
+// Options tune Pool, and Setup's deadline.
 type Options struct {
 	MaxConns int32
 	AppName  string
+	// Timeout bounds Setup's context; 0 means two minutes.
+	Timeout time.Duration
 }
 
 // MigratedSchema creates a schema for the test and applies the migrations.
@@ -118,12 +140,8 @@ func MigratedSchema(t testing.TB) string {
 // Pool opens a pool on schema; it is closed at cleanup.
 func Pool(t testing.TB, schema string, o Options) *pgxpool.Pool {
 	t.Helper()
-	if o.MaxConns == 0 {
-		o.MaxConns = 8
-	}
-	if o.AppName == "" {
-		o.AppName = "pooltop-test"
-	}
+	o.MaxConns = cmp.Or(o.MaxConns, 8)
+	o.AppName = cmp.Or(o.AppName, "pooltop-test")
 	pool, err := engine.Connect(context.Background(), engine.ConnOptions{
 		DSN: dsn, Schema: schema, AppName: o.AppName, MaxConns: o.MaxConns,
 	})
@@ -195,4 +213,47 @@ func NewSeeded(t testing.TB, ctx context.Context, size int, o Options) Seeded {
 		}
 	}
 	return Seeded{Schema: schema, Pool: pool, Engine: eng}
+}
+
+// Setup is how most database tests begin: it marks the test parallel, gives
+// it a context that ends after o.Timeout or when the test does, and builds a
+// Seeded with size free ids on that context.
+func Setup(t *testing.T, size int, o Options) (context.Context, Seeded) {
+	t.Helper()
+	t.Parallel()
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+	t.Cleanup(cancel)
+	return ctx, NewSeeded(t, ctx, size, o)
+}
+
+// PeerTx begins a transaction on a session of its own on schema (see Conn),
+// rolled back at cleanup unless the test ends it first: the other party
+// that holds row locks while the test acts.
+func PeerTx(t testing.TB, ctx context.Context, schema string) pgx.Tx {
+	t.Helper()
+	tx, err := Conn(t, schema).Begin(ctx)
+	if err != nil {
+		t.Fatalf("pgtest: begin: %v", err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
+// Eventually calls cond every few milliseconds until it returns true, and
+// fails the test, naming what it waited for, when timeout passes first.
+// cond runs on the test's goroutine: it may call t.Fatal itself.
+func Eventually(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		<-tick.C
+	}
 }

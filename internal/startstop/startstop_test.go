@@ -2,11 +2,12 @@ package startstop
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/pooltop-dev/pooltop/internal/startstop/startstoptest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -28,21 +29,7 @@ func TestStartStopStress(t *testing.T) {
 		<-ctx.Done()
 		running.Add(-1)
 	}
-	var wg sync.WaitGroup
-	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			for i := 0; i < 200; i++ {
-				if (i+g)%2 == 0 {
-					r.Start(context.Background(), loop)
-				} else {
-					r.Stop()
-				}
-			}
-		}(g)
-	}
-	wg.Wait()
+	startstoptest.Stress(8, 200, func() { r.Start(context.Background(), loop) }, r.Stop)
 	r.Stop()
 	if most.Load() != 1 || running.Load() != 0 || r.Running() {
 		t.Fatalf("at most %d loops at once (want 1), %d left running", most.Load(), running.Load())
