@@ -443,3 +443,59 @@ func TestBlockerRowsStayInTheirColumn(t *testing.T) {
 }
 
 func ansiStrip(s string) string { return ansi.Strip(s) }
+
+// At every size from 80×24 up, each chart has a title and at least four
+// rows of plot, and at least four charts show in the demo.
+func TestChartsKeepTheirRows(t *testing.T) {
+	for _, sz := range [][2]int{{80, 24}, {90, 28}, {100, 30}, {120, 40}, {200, 60}} {
+		for _, demo := range []bool{true, false} {
+			var kn Knobs
+			if demo {
+				kn = &fakeKnobs{cfg: workload.Defaults()}
+			}
+			m := polled(t, canned(demo), kn, sz[0], sz[1])
+			l := m.layout()
+			n := len(m.charts())
+			rows, cols := chartGrid(l.chartsW, l.midH, n)
+			if l.midH/rows < minPlotRows+1 {
+				t.Errorf("%dx%d demo %v: %d rows of %d lines", sz[0], sz[1], demo, rows, l.midH/rows)
+			}
+			if shown := min(n, rows*cols); shown < 4 {
+				t.Errorf("%dx%d demo %v: %d charts shown", sz[0], sz[1], demo, shown)
+			}
+		}
+	}
+}
+
+// A title gives way label by label and never cuts a figure.
+func TestTitlesKeepTheirFigures(t *testing.T) {
+	st := newStyles(false)
+	spec := chartSpec{
+		fields: []field{{"3.4k", "acquires/s", "acq/s", 0}, {"3,312", "commits/s", "com/s", 1}},
+		sets:   []chartSet{{"a", nil, st.Line1}, {"b", nil, st.Line2}},
+	}
+	for w := 16; w <= 60; w++ { // a chart is at least 27 cells wide
+		got := ansiStrip(fitTitle(st, spec, w))
+		if lipgloss.Width(got) > w || !strings.Contains(got, "3.4k") || !strings.Contains(got, "3,312") {
+			t.Fatalf("width %d: %q", w, got)
+		}
+	}
+	if got := fitTitle(st, spec, 60); !strings.Contains(got, "acquires/s") {
+		t.Fatalf("long labels at 60: %q", got)
+	}
+	if got := fitTitle(st, spec, 27); !strings.Contains(got, "acq/s") {
+		t.Fatalf("short labels at 27: %q", got)
+	}
+}
+
+// ? names the scenarios behind the number keys.
+func TestHelpNamesTheScenarios(t *testing.T) {
+	m := polled(t, canned(true), &fakeKnobs{cfg: workload.Defaults()}, 100, 30)
+	m, _ = run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'?'}})
+	v := m.View()
+	for _, sc := range workload.Scenarios {
+		if !strings.Contains(v, sc.Name) {
+			t.Fatalf("help lacks %s:\n%s", sc.Name, v)
+		}
+	}
+}

@@ -435,15 +435,20 @@ func (m Model) viewBanner(w int) string {
 	return pad(st.Title.Render(head)+"  "+proofStyle.Render(short), w)
 }
 
+// chartGrid is the grid for n charts in width×height: as many rows as fit
+// with a title and at least minPlotRows each, up to four columns of at
+// least 27 cells; the charts that do not fit are the last of the order.
+func chartGrid(width, height, n int) (rows, cols int) {
+	cols = min(max(width/27, 1), 4)
+	rows = max(min(height/(minPlotRows+1), (n+cols-1)/cols), 1)
+	return rows, max(min(cols, n), 1)
+}
+
 // viewCharts lays the charts out in a grid that fills width×height.
 func (m Model) viewCharts(width, height int) string {
 	specs := m.charts()
-	cols := min(max(width/27, 1), 4)
-	// As many rows as fit with a title and at least minPlotRows each; the
-	// charts that do not fit are the last of the order.
-	rows := max(min(height/(minPlotRows+1), (len(specs)+cols-1)/cols), 1)
+	rows, cols := chartGrid(width, height, len(specs))
 	specs = specs[:min(len(specs), rows*cols)]
-	cols = min(cols, len(specs))
 	window := time.Duration(max(width/cols-yLabelWidth-2, 10)*2) * m.interval // about two samples per cell of braille
 	var lines []string
 	for r := 0; r < rows; r++ {
