@@ -1,0 +1,96 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+// A scenario starts on a fresh pool of its size, with the counters, the
+// leaked ids and the charts of the one before gone, and its keys logged.
+func TestStagePlaysScenariosOnFreshPools(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 3000, pgtest.Options{MaxConns: 8})
+	crash := workload.Scenarios[1] // crash-no-lease
+	wl, err := workload.New(db.Engine, scenarioConfig(crash, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Start(ctx)
+	t.Cleanup(wl.Stop)
+	col, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: db.Schema + ".resource_pool", Workload: wl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	st := &stage{db: db.Pool, eng: db.Engine, wl: wl, col: col, size: 2000}
+
+	// Crashes without leases leak ids, and the charts fill.
+	pgtest.Eventually(t, "ids leaked", time.Minute, func() bool {
+		if _, err := col.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return wl.Snapshot().Leaked > 0
+	})
+	if len(col.Series(collector.SeriesLeaked)) == 0 {
+		t.Fatal("no leaked series before the switch")
+	}
+
+	if err := st.Play(4); err != nil { // pause-with-fencing
+		t.Fatal(err)
+	}
+	w := wl.Snapshot()
+	if w.Leaked != 0 || w.Crashes != 0 || len(wl.LeakedLeases()) != 0 {
+		t.Fatalf("after the switch: leaked %d crashes %d", w.Leaked, w.Crashes)
+	}
+	if cfg := wl.Config(); cfg.Lease != true || cfg.PauseRate == 0 || !cfg.KeepUp || cfg.CrashRate != 0 {
+		t.Fatalf("pause-with-fencing config: %+v", cfg)
+	}
+	if n := len(col.Series(collector.SeriesLeaked)); n != 0 {
+		t.Fatalf("%d leaked points survived the switch", n)
+	}
+	var total, ledger int64
+	if err := db.Pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM resource_pool), (SELECT count(*) FROM business_ledger)").Scan(&total, &ledger); err != nil {
+		t.Fatal(err)
+	}
+	// The fresh pool has the asked size; the fleet restarted a moment ago,
+	// so at most a few refills have landed.
+	if total < 2000 || total > 2500 || ledger > 500 {
+		t.Fatalf("fresh pool: %d ids, %d ledger rows", total, ledger)
+	}
+	// The next poll counts the fresh pool, not the old one.
+	s, err := col.Poll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Pool.Unused+s.Pool.Pending+s.Pool.Consumed > 2600 {
+		t.Fatalf("the collector still counts the old pool: %+v", s.Pool)
+	}
+
+	// Knobs are logged; reset says so.
+	cfg := wl.Config()
+	cfg.Fencing = false
+	if err := st.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	st.Reset()
+	var texts []string
+	for _, e := range col.Events() {
+		texts = append(texts, e.Text)
+	}
+	all := strings.Join(texts, "\n")
+	for _, want := range []string{"scenario 5 pause-with-fencing on a fresh pool of 2,000 ids", "fencing on → OFF", "counters, charts and alerts reset"} {
+		if !strings.Contains(all, want) {
+			t.Fatalf("events lack %q: %v", want, texts)
+		}
+	}
+	if strings.Contains(all, "the pool is empty") {
+		t.Fatalf("the rebuild's empty moment reached the events: %v", texts)
+	}
+	if err := st.Play(len(workload.Scenarios)); err == nil {
+		t.Fatal("a scenario past the last was accepted")
+	}
+}
