@@ -26,20 +26,20 @@ func newLeaseCmd(g *globals) *cobra.Command {
 	c := &leaseCLI{g: g, f: &leaseFlags{}}
 	lease := &cobra.Command{
 		Use:   "lease",
-		Short: "Drive the lease engine by hand: acquire, renew, release, transfer, commit, reap, show",
+		Short: "Drive the lease engine by hand: acquire, renew, release, transfer, commit, reap, show, list",
 		Long: `Drive the lease engine by hand. This is also how an on-call engineer frees
 or hands over a stuck lease. Commands that write refuse a database without
 the pooltop marker unless --allow-writes is given.
 
 ` + exitCodesHelp,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageError{fmt.Errorf("lease needs a subcommand (acquire, renew, release, transfer, commit, reap, show): see 'pooltop lease --help'")}
+			return usageError{fmt.Errorf("lease needs a subcommand (acquire, renew, release, transfer, commit, reap, show, list): see 'pooltop lease --help'")}
 		},
 	}
 	lease.PersistentFlags().BoolVar(&g.jsonOut, "json", false, "print JSON")
 	lease.PersistentFlags().BoolVar(&g.allowWrites, "allow-writes", false, "write even if the database lacks the pooltop marker")
 
-	lease.AddCommand(c.acquireCmd(), c.renewCmd(), c.releaseCmd(), c.transferCmd(), c.commitCmd(), c.reapCmd(), c.showCmd())
+	lease.AddCommand(c.acquireCmd(), c.renewCmd(), c.releaseCmd(), c.transferCmd(), c.commitCmd(), c.reapCmd(), c.showCmd(), c.listCmd())
 	return lease
 }
 
@@ -170,14 +170,53 @@ func (c *leaseCLI) renewCmd() *cobra.Command {
 	return renew
 }
 
-// releaseCmd is pooltop lease release.
+// releaseCmd is pooltop lease release: one lease by --id and --token, or
+// every lease of a --holder (a dead pod's ids) in batches.
 func (c *leaseCLI) releaseCmd() *cobra.Command {
 	f := c.f
+	var expired, dryRun bool
+	var batch int
 	release := c.command(&cobra.Command{
 		Use:   "release",
-		Short: "Return a leased id to the pool (its token is bumped: the old one is stale)",
-	}, leaseSub{required: []string{"id", "token"}, write: true,
+		Short: "Return a leased id to the pool, or every id of a --holder (tokens are bumped: the old ones are stale)",
+		Long: `Return a leased id to the pool (--id and --token), or free every PENDING id
+of one holder (--holder, e.g. a pod that died): in batches of --batch rows,
+each a short statement that skips rows being changed right now. Every
+released id gets a higher token, so the old holder's late commits are
+rejected by the fence. --expired frees only its leases that have passed;
+--dry-run counts what would be released and changes nothing.`,
+	}, leaseSub{write: true,
+		check: func(cmd *cobra.Command) error {
+			if cmd.Flags().Changed("holder") {
+				if cmd.Flags().Changed("id") || cmd.Flags().Changed("token") {
+					return usageError{fmt.Errorf("%s: give --holder, or --id and --token, not both", cmd.CommandPath())}
+				}
+				if f.holder == "" {
+					return usageError{fmt.Errorf("%s: --holder is empty: name the holder whose ids to free (see pooltop lease list --by-holder)", cmd.CommandPath())}
+				}
+				return nil
+			}
+			if expired || dryRun {
+				return usageError{fmt.Errorf("%s: --expired and --dry-run go with --holder", cmd.CommandPath())}
+			}
+			return need(cmd, "id", "token")
+		},
 		act: func(ctx context.Context, e *engine.Engine) (any, func(io.Writer) error, error) {
+			if f.holder != "" {
+				res, err := e.ReleaseHolder(ctx, engine.ReleaseHolderParams{Holder: f.holder, Expired: expired, DryRun: dryRun, Batch: batch})
+				return res, func(w io.Writer) error {
+					what := "PENDING ids"
+					if expired {
+						what = "expired leases"
+					}
+					if res.DryRun {
+						fmt.Fprintf(w, "would release %d %s of %s (dry run: nothing changed)\n", res.Released, what, termtext.Escape(f.holder))
+					} else {
+						fmt.Fprintf(w, "released %d %s of %s; their tokens were raised, so its late commits are rejected\n", res.Released, what, termtext.Escape(f.holder))
+					}
+					return nil
+				}, err
+			}
 			l, err := e.LeaseRelease(ctx, &engine.LeaseReleaseParams{ID: f.id, Token: f.token})
 			v := map[string]any{"id": l.ID, "identifier": l.Identifier, "token": l.Token, "status": engine.StatusUnused}
 			return v, func(w io.Writer) error {
@@ -186,7 +225,74 @@ func (c *leaseCLI) releaseCmd() *cobra.Command {
 			}, err
 		}})
 	c.idTok(release)
+	release.Flags().StringVar(&f.holder, "holder", "", "free every PENDING id of this holder instead of one --id")
+	release.Flags().BoolVar(&expired, "expired", false, "with --holder: only its leases that have passed")
+	release.Flags().BoolVar(&dryRun, "dry-run", false, "with --holder: count what would be released, change nothing")
+	release.Flags().IntVar(&batch, "batch", 500, fmt.Sprintf("with --holder: rows per statement (1..%d)", engine.MaxBatch))
 	return release
+}
+
+// listCmd is pooltop lease list.
+func (c *leaseCLI) listCmd() *cobra.Command {
+	f := c.f
+	var byHolder, expired bool
+	var limit int
+	list := c.command(&cobra.Command{
+		Use:   "list",
+		Short: "List PENDING rows (--holder, --expired), or who holds them (--by-holder)",
+		Long: `List the PENDING rows, the longest expired (or never leased) first, or with
+--by-holder each holder's PENDING ids, expired leases and the age of its
+longest-held row, most held first: which pod sits on the ids. It reads the
+PENDING rows only (through the partial index on them where there is one),
+so its cost is that of the PENDING rows, not of the table.`,
+	}, leaseSub{
+		check: func(cmd *cobra.Command) error {
+			if limit < 1 || limit > engine.MaxSeed {
+				return usageError{fmt.Errorf("--limit %d: between 1 and %d", limit, engine.MaxSeed)}
+			}
+			if byHolder && (cmd.Flags().Changed("holder") || expired) {
+				return usageError{fmt.Errorf("%s: --by-holder lists every holder; --holder and --expired select rows", cmd.CommandPath())}
+			}
+			return nil
+		},
+		act: func(ctx context.Context, e *engine.Engine) (any, func(io.Writer) error, error) {
+			if byHolder {
+				hs, err := e.Holders(ctx, limit)
+				return hs, func(w io.Writer) error {
+					tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "HOLDER\tPENDING\tEXPIRED\tOLDEST")
+					for _, h := range hs {
+						name := termtext.Escape(h.Holder)
+						if h.Holder == "" {
+							name = "(no holder)"
+						}
+						fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", name, h.Pending, h.Expired, (time.Duration(h.OldestS) * time.Second).String())
+					}
+					return tw.Flush()
+				}, err
+			}
+			rows, err := e.List(ctx, engine.ListParams{Holder: f.holder, Expired: expired, Limit: limit})
+			return rows, func(w io.Writer) error {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tIDENTIFIER\tTOKEN\tHOLDER\tLEASED UNTIL")
+				for _, r := range rows {
+					until, holder := "never (no lease)", "-"
+					if r.LeasedUntil != nil {
+						until = r.LeasedUntil.UTC().Format(time.RFC3339Nano)
+					}
+					if r.Holder != nil {
+						holder = termtext.Escape(*r.Holder)
+					}
+					fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", r.ID, termtext.Escape(r.Identifier), r.Token, holder, until)
+				}
+				return tw.Flush()
+			}, err
+		}})
+	list.Flags().BoolVar(&byHolder, "by-holder", false, "one line per holder: PENDING ids, expired leases, oldest")
+	list.Flags().StringVar(&f.holder, "holder", "", "only this holder's rows")
+	list.Flags().BoolVar(&expired, "expired", false, "only leases that have passed")
+	list.Flags().IntVar(&limit, "limit", 100, "at most this many lines")
+	return list
 }
 
 // transferCmd is pooltop lease transfer.

@@ -335,3 +335,48 @@ func TestLeaseOutputEscapesControlCharacters(t *testing.T) {
 		}
 	}
 }
+
+// The on-call path: who holds the ids, which of them, free a dead pod's ids
+// (dry run first), and the pod's late commit is fenced.
+func TestLeaseListByHolderAndBulkRelease(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, 20)
+	lease := func(args ...string) result { return pooltop(t, append(append([]string{"lease"}, args...), db...)...) }
+	dead := decode[[]engine.Lease](t, lease("acquire", "--holder", "pod-7", "--ttl", "1h", "--n", "4", "--json").must(t).stdout)
+	lease("acquire", "--holder", "pod-8", "--ttl", "1h", "--n", "2").must(t)
+
+	hs := decode[[]engine.Holder](t, lease("list", "--by-holder", "--json").must(t).stdout)
+	if len(hs) != 2 || hs[0].Holder != "pod-7" || hs[0].Pending != 4 || hs[1].Holder != "pod-8" || hs[1].Pending != 2 {
+		t.Fatalf("by holder: %+v", hs)
+	}
+	if out := lease("list", "--by-holder").must(t).stdout; !strings.Contains(out, "HOLDER") || !strings.Contains(out, "pod-7") {
+		t.Fatalf("by holder, text:\n%s", out)
+	}
+	rows := decode[[]engine.LeaseRow](t, lease("list", "--holder", "pod-7", "--json").must(t).stdout)
+	if len(rows) != 4 || *rows[0].Holder != "pod-7" {
+		t.Fatalf("list pod-7: %+v", rows)
+	}
+	dry := decode[engine.ReleaseResult](t, lease("release", "--holder", "pod-7", "--dry-run", "--json").must(t).stdout)
+	if dry.Released != 4 || !dry.DryRun {
+		t.Fatalf("dry run: %+v", dry)
+	}
+	res := decode[engine.ReleaseResult](t, lease("release", "--holder", "pod-7", "--batch", "3", "--json").must(t).stdout)
+	if res.Released != 4 || res.TokensRaised != 4 {
+		t.Fatalf("release: %+v", res)
+	}
+	late := lease("commit", "--id", fmt.Sprint(dead[0].ID), "--token", fmt.Sprint(dead[0].Token), "--request-id", "late-7")
+	if late.code != exitStaleToken {
+		t.Fatalf("pod-7's commit after the bulk release: exit %d %s", late.code, late.stderr)
+	}
+	for _, bad := range [][]string{
+		{"release", "--holder", "pod-7", "--id", "1", "--token", "1"},
+		{"release", "--expired", "--id", "1", "--token", "1"},
+		{"release", "--holder", ""},
+		{"list", "--by-holder", "--expired"},
+		{"list", "--limit", "0"},
+	} {
+		if r := lease(bad...); r.code != exitUsage || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Fatalf("lease %v: exit %d, stderr %q; want one usage line", bad, r.code, r.stderr)
+		}
+	}
+}

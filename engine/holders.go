@@ -1,0 +1,158 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Holder is one holder's share of the PENDING rows: what an on-call
+// engineer asks first (which pod sits on the ids). Holder is "" for PENDING
+// rows with no holder.
+type Holder struct {
+	Holder  string  `json:"holder"`
+	Pending int64   `json:"pending"`
+	Expired int64   `json:"expired"`  // of them, leases that have passed (database clock)
+	OldestS float64 `json:"oldest_s"` // how long its longest-held row has been PENDING
+}
+
+// Both statements read PENDING rows only, through the partial index on
+// PENDING rows where there is one: their cost is that of the PENDING rows
+// (a leak of a million rows is a million heap fetches, about a second), not
+// of the table.
+const sqlHolders = `
+SELECT coalesce(holder, ''), count(*),
+       count(*) FILTER (WHERE leased_until <= clock_timestamp()),
+       coalesce(extract(epoch FROM clock_timestamp() - min(updated_at)), 0)::float8
+FROM resource_pool WHERE status = 'PENDING'
+GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT $1`
+
+// Holders lists the holders of PENDING rows, most held first, at most limit.
+func (e *Engine) Holders(ctx context.Context, limit int) ([]Holder, error) {
+	if limit < 1 || limit > MaxSeed {
+		return nil, invalid("limit %d: between 1 and %d", limit, MaxSeed)
+	}
+	rows, err := e.db.Query(ctx, sqlHolders, limit)
+	if err != nil {
+		return nil, dbError("list holders", err)
+	}
+	hs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Holder])
+	if err != nil {
+		return nil, dbError("list holders", err)
+	}
+	return hs, nil
+}
+
+// LeaseRow is a PENDING row as lease list prints it.
+type LeaseRow struct {
+	ID          int64      `json:"id"`
+	Identifier  string     `json:"identifier"`
+	Status      string     `json:"status"`
+	Token       int64      `json:"token"`
+	Holder      *string    `json:"holder"`
+	LeasedUntil *time.Time `json:"leased_until"`
+	UpdatedAt   *time.Time `json:"updated_at"`
+}
+
+// ListParams select the PENDING rows of List.
+type ListParams struct {
+	Holder  string // "" for any holder
+	Expired bool   // only leases that have passed
+	Limit   int
+}
+
+const sqlList = `
+SELECT id, identifier, status, lease_token, holder,
+       CASE WHEN isfinite(leased_until) THEN leased_until END, CASE WHEN isfinite(updated_at) THEN updated_at END
+FROM resource_pool
+WHERE status = 'PENDING' AND ($1::text = '' OR holder = $1)
+  AND (NOT $2::bool OR leased_until <= clock_timestamp())
+ORDER BY leased_until NULLS FIRST, id LIMIT $3`
+
+// List lists PENDING rows, the longest expired (or never leased) first.
+func (e *Engine) List(ctx context.Context, p ListParams) ([]LeaseRow, error) {
+	if p.Limit < 1 || p.Limit > MaxSeed {
+		return nil, invalid("limit %d: between 1 and %d", p.Limit, MaxSeed)
+	}
+	rows, err := e.db.Query(ctx, sqlList, p.Holder, p.Expired, p.Limit)
+	if err != nil {
+		return nil, dbError("list leases", err)
+	}
+	ls, err := pgx.CollectRows(rows, pgx.RowToStructByPos[LeaseRow])
+	if err != nil {
+		return nil, dbError("list leases", err)
+	}
+	return ls, nil
+}
+
+// ReleaseHolderParams select the leases of a bulk release.
+type ReleaseHolderParams struct {
+	Holder  string
+	Expired bool // only leases that have passed
+	DryRun  bool // count what would be released, change nothing
+	Batch   int  // rows per statement (and so row locks held at once); default 500
+}
+
+// ReleaseResult is what a bulk release did (or, dry, would do).
+type ReleaseResult struct {
+	Released     int64 `json:"released"`
+	TokensRaised int64 `json:"tokens_raised"`
+	DryRun       bool  `json:"dry_run,omitempty"`
+}
+
+// A bulk release takes rows in batches, each its own short statement that
+// locks at most Batch rows and skips the rows someone is changing now (a
+// live holder committing one of them wins, and its commit stands). Every
+// released row gets a higher token, so the old holder's late commits are
+// rejected by the fence, as after the reaper.
+const sqlReleaseHolder = `
+WITH picked AS MATERIALIZED (
+    SELECT id FROM resource_pool
+    WHERE status = 'PENDING' AND holder = $1 AND (NOT $2::bool OR leased_until <= clock_timestamp())
+      AND lease_token < 9223372036854775807
+    ORDER BY id LIMIT $3
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE resource_pool AS r
+SET status = 'UNUSED', holder = NULL, leased_until = NULL,
+    lease_token = r.lease_token + 1, updated_at = clock_timestamp()
+FROM picked
+WHERE r.id = picked.id AND r.status = 'PENDING' AND r.holder = $1`
+
+const sqlCountHolder = `
+SELECT count(*) FROM resource_pool
+WHERE status = 'PENDING' AND holder = $1 AND (NOT $2::bool OR leased_until <= clock_timestamp())
+  AND lease_token < 9223372036854775807`
+
+// ReleaseHolder frees the PENDING rows of one holder (a dead pod's ids).
+func (e *Engine) ReleaseHolder(ctx context.Context, p ReleaseHolderParams) (ReleaseResult, error) {
+	if p.Holder == "" {
+		return ReleaseResult{}, invalid("release of an empty holder: name the holder whose ids to free")
+	}
+	if p.Batch == 0 {
+		p.Batch = 500
+	}
+	if p.Batch < 1 || p.Batch > MaxBatch {
+		return ReleaseResult{}, invalid("batch %d: between 1 and %d rows per statement", p.Batch, MaxBatch)
+	}
+	if p.DryRun {
+		var n int64
+		if err := e.db.QueryRow(ctx, sqlCountHolder, p.Holder, p.Expired).Scan(&n); err != nil {
+			return ReleaseResult{}, dbError("count the holder's leases", err)
+		}
+		return ReleaseResult{Released: n, DryRun: true}, nil
+	}
+	var res ReleaseResult
+	for {
+		tag, err := e.db.Exec(ctx, sqlReleaseHolder, p.Holder, p.Expired, p.Batch)
+		if err != nil {
+			return res, dbError("release the holder's leases", err)
+		}
+		res.Released += tag.RowsAffected()
+		res.TokensRaised += tag.RowsAffected()
+		if tag.RowsAffected() == 0 {
+			return res, nil
+		}
+	}
+}
