@@ -130,6 +130,7 @@ type target struct {
 	schema, name string
 	hasLeased    bool // leased_until column
 	hasUpdated   bool // updated_at column
+	hasHolder    bool // holder column
 	unusedIndex  string
 	pendingIndex string
 	version      int  // server_version_num
@@ -148,6 +149,7 @@ type Collector struct {
 	unused  unusedCounter
 	pending pendingCounter
 	census  census
+	holders holderSample
 
 	mu     sync.Mutex // guards what follows
 	series map[string]*Ring
@@ -352,7 +354,7 @@ JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf ORDER BY c.relname`, t.oid)
 			return fmt.Errorf("%s.%s: column %s is %s, and pooltop reads it as %s: this is not a pool it can watch", schema, table, want.col, typ, want.as)
 		}
 	}
-	t.hasLeased, t.hasUpdated = cols["leased_until"] != "", cols["updated_at"] != ""
+	t.hasLeased, t.hasUpdated, t.hasHolder = cols["leased_until"] != "", cols["updated_at"] != "", cols["holder"] != ""
 	var can bool
 	if err := c.pool.QueryRow(ctx, `SELECT has_table_privilege($1::oid, 'SELECT')`, t.oid).Scan(&can); err != nil {
 		return err
@@ -451,8 +453,14 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		cq = c.census.plan()
 		cq.queue(b, &c.census, c.t.qualified, c.t.leaves, c.t.hasLeased, c.t.hasUpdated, a.ExpiredAfter, c.cfg.StuckAfter)
 	}
+	hq := c.holders.plan(c.byIndex() && c.t.hasHolder && c.t.hasLeased)
+	hq.queue(b, c.t.qualified, c.t.hasUpdated)
 	if err := c.pool.SendBatch(ctx, b).Close(); err != nil {
 		return s, fmt.Errorf("poll: %w", err)
+	}
+	s.Holders, s.HoldersRead = c.holders.absorb(hq)
+	if !c.t.hasHolder {
+		s.Limits = append(s.Limits, "no holder column: who holds the PENDING ids is unknown (pooltop lease list shows them by id and age)")
 	}
 	var f pendingFigures
 	now := start

@@ -519,3 +519,35 @@ func TestRefillFasterThanBurnIsNoDepletion(t *testing.T) {
 	}
 	pollUntil(t, c, "the refilled ids counted", func(s collector.Snapshot) bool { return s.Pool.Unused == 50_000-5000+20_000 })
 }
+
+// The snapshot names the top holders of PENDING rows and their expired
+// leases; without a holder column it says what it cannot see.
+func TestHoldersInTheSnapshot(t *testing.T) {
+	b := setup(t, 200)
+	b.exec(t, `UPDATE resource_pool SET status = 'PENDING', holder = 'pod-a', lease_token = 1,
+	           leased_until = now() + interval '1 hour', updated_at = now() WHERE id <= 30`)
+	b.exec(t, `UPDATE resource_pool SET status = 'PENDING', holder = 'pod-b', lease_token = 1,
+	           leased_until = now() - interval '1 minute', updated_at = now() - interval '2 minutes' WHERE id > 30 AND id <= 40`)
+	c := b.collector(t, collector.Config{})
+	s, err := c.Poll(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Holders) != 2 || s.Holders[0].Holder != "pod-a" || s.Holders[0].Pending != 30 || s.Holders[0].Expired != 0 ||
+		s.Holders[1].Holder != "pod-b" || s.Holders[1].Expired != 10 || s.Holders[1].OldestS < 100 || s.HoldersRead != 40 {
+		t.Fatalf("holders %+v (read %d)", s.Holders, s.HoldersRead)
+	}
+	// Between readings the last one is kept.
+	if s, err = c.Poll(b.ctx); err != nil || len(s.Holders) != 2 {
+		t.Fatalf("second poll: %+v %v", s.Holders, err)
+	}
+	b.exec(t, `ALTER TABLE resource_pool DROP COLUMN holder`)
+	c2 := b.collector(t, collector.Config{})
+	s, err = c2.Poll(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Holders) != 0 || !strings.Contains(strings.Join(s.Limits, "\n"), "no holder column") {
+		t.Fatalf("without a holder column: %+v %v", s.Holders, s.Limits)
+	}
+}

@@ -263,6 +263,7 @@ func (c *Collector) startPoll() int {
 		c.unused = unusedCounter{reanchor: c.unused.reanchor}
 		c.pending = pendingCounter{}
 		c.census = census{byTID: c.census.byTID}
+		c.holders = holderSample{}
 		c.rebuilt = false
 	}
 	return c.gen

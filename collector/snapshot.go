@@ -3,6 +3,7 @@ package collector
 import (
 	"time"
 
+	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
@@ -134,6 +135,12 @@ type Snapshot struct {
 	ConsumedPerS  float64  `json:"consumed_per_s"`
 	BurnPerS      float64  `json:"burn_per_s"`
 	DepletionETAS *float64 `json:"depletion_eta_s"` // null when the pool is not draining
+
+	// Holders are the top holders of PENDING rows, most held first, from
+	// the first HoldersRead PENDING rows in lease order (the expired first),
+	// read every few polls; absent without a holder column or a PENDING index.
+	Holders     []engine.Holder `json:"holders"`
+	HoldersRead int64           `json:"holders_rows_read"`
 
 	Workload *workload.Snapshot `json:"workload,omitempty"`
 	Alerts   []Alert            `json:"alerts"`

@@ -18,6 +18,7 @@ import (
 	"github.com/muesli/termenv"
 
 	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
@@ -73,7 +74,8 @@ func canned(withWorkload bool) *fakeSource {
 		Blockers:   []collector.Blocker{{PID: 4100, App: "psql", State: "idle in transaction", Query: "UPDATE resource_pool SET …", Blocks: []int32{4242, 4243}}},
 		DeadTuples: 12_000, LiveTuples: 200_000, DeadRatio: 0.057,
 		Connections: 21, MaxConnections: 300, BurnPerS: 67.9, DepletionETAS: &eta, PollMS: 3.2,
-		Alerts: []collector.Alert{{Name: "lock_wait", Active: true, Message: "longest lock wait 74 ms"}, {Name: "depletion", Active: false}},
+		Alerts:  []collector.Alert{{Name: "lock_wait", Active: true, Message: "longest lock wait 74 ms"}, {Name: "depletion", Active: false}},
+		Holders: []engine.Holder{{Holder: "pod-7", Pending: 30, Expired: 3, OldestS: 95}, {Holder: "pod-8", Pending: 12}},
 	}
 	if withWorkload {
 		s.AcquiresPerS, s.CommitsPerS = &acq, &com

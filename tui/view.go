@@ -516,6 +516,21 @@ func (m Model) viewLocks(width, height int) string {
 			}
 		}
 	}
+	if s != nil && len(s.Holders) > 0 {
+		var parts []string
+		for _, h := range s.Holders {
+			name := sanitize(h.Holder)
+			if h.Holder == "" {
+				name = "(none)"
+			}
+			part := fmt.Sprintf("%s %s", name, formatInt(h.Pending))
+			if h.Expired > 0 {
+				part += fmt.Sprintf(" (%s expired)", formatInt(h.Expired))
+			}
+			parts = append(parts, part)
+		}
+		lines = append(lines, st.Dim.Render("holders: ")+strings.Join(parts, " · "))
+	}
 	if s != nil && s.Xmin != nil && s.Xmin.Age > 1000 {
 		lines = append(lines, st.Dim.Render(fmt.Sprintf("xmin held %s xacts by %d %s (%s)", formatInt(s.Xmin.Age), s.Xmin.PID, sanitize(s.Xmin.App), sanitize(s.Xmin.State))))
 	}
