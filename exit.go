@@ -32,12 +32,12 @@ const (
 	exitLeaseLost  = 3 // the lease is no longer the caller's (expired, consumed, not held)
 	exitStaleToken = 4 // the fence rejected the token: the id moved on to a newer one
 	exitPoolEmpty  = 5 // no UNUSED id could be claimed
-	exitViolation  = 6 // chaos or verify found an invariant that does not hold
+	exitViolation  = 6 // chaos or verify found an invariant that does not hold, or doctor a failed check
 )
 
 const exitCodesHelp = `Exit codes: 0 ok, 1 error, 2 usage, 3 lease lost (expired, consumed or
 not held), 4 stale token (rejected by the fence), 5 pool empty, 6 invariant
-violated (chaos, verify).`
+violated (chaos, verify) or a failed check (doctor).`
 
 // exitCode maps an error to the documented exit code.
 func exitCode(err error) int {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
+	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 )
@@ -378,5 +379,50 @@ func TestLeaseListByHolderAndBulkRelease(t *testing.T) {
 		if r := lease(bad...); r.code != exitUsage || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 			t.Fatalf("lease %v: exit %d, stderr %q; want one usage line", bad, r.code, r.stderr)
 		}
+	}
+}
+
+// The doctor passes a pool pooltop built, and on a hand-built pool with no
+// PENDING index and PENDING rows without a lease names both, with the SQL
+// that fixes them, and exits 6.
+func TestDoctor(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, 50)
+	ok := pooltop(t, append([]string{"doctor", "--json"}, db...)...).must(t)
+	checks := decode[[]collector.Check](t, ok.stdout)
+	if len(checks) < 9 {
+		t.Fatalf("%d checks: %+v", len(checks), checks)
+	}
+	for _, c := range checks {
+		if c.Status == collector.CheckFail {
+			t.Fatalf("a pooltop pool fails %s: %s", c.Check, c.Evidence)
+		}
+	}
+
+	schema := pgtest.Schema(t)
+	conn := pgtest.Conn(t, schema)
+	for _, sql := range []string{
+		`CREATE TABLE resource_pool (id bigserial PRIMARY KEY, identifier text UNIQUE NOT NULL, status text NOT NULL DEFAULT 'UNUSED',
+		   leased_until timestamptz, lease_token bigint NOT NULL DEFAULT 0, updated_at timestamptz DEFAULT now())`,
+		`CREATE INDEX ON resource_pool (id) WHERE status = 'UNUSED'`,
+		`INSERT INTO resource_pool (identifier) SELECT 'r-' || g FROM generate_series(1, 100) g`,
+		`UPDATE resource_pool SET status = 'PENDING', lease_token = 1 WHERE id <= 7`,
+	} {
+		if _, err := conn.Exec(context.Background(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	r := pooltop(t, "doctor", "--dsn", pgtest.DSN(), "--schema", schema)
+	if r.code != exitViolation {
+		t.Fatalf("doctor on a hand-built pool: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"FAIL  reaper_index", "CREATE INDEX CONCURRENTLY ON", "(leased_until) WHERE status = 'PENDING'",
+		"FAIL  unleased_pending", "7 of 7 PENDING rows have no lease", "WARN  fencing"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("doctor output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stderr, "reaper_index, unleased_pending") {
+		t.Fatalf("stderr: %s", r.stderr)
 	}
 }
