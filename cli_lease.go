@@ -272,21 +272,14 @@ so its cost is that of the PENDING rows, not of the table.`,
 				}, err
 			}
 			rows, err := e.List(ctx, engine.ListParams{Holder: f.holder, Expired: expired, Limit: limit})
-			return rows, func(w io.Writer) error {
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tIDENTIFIER\tTOKEN\tHOLDER\tLEASED UNTIL")
-				for _, r := range rows {
-					until, holder := "never (no lease)", "-"
-					if r.LeasedUntil != nil {
-						until = r.LeasedUntil.UTC().Format(time.RFC3339Nano)
-					}
-					if r.Holder != nil {
-						holder = termtext.Escape(*r.Holder)
-					}
-					fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", r.ID, termtext.Escape(r.Identifier), r.Token, holder, until)
+			ls := make([]engine.Lease, len(rows))
+			for i, r := range rows {
+				ls[i] = engine.Lease{ID: r.ID, Identifier: r.Identifier, Token: r.Token, LeasedUntil: r.LeasedUntil}
+				if r.Holder != nil {
+					ls[i].Holder = *r.Holder
 				}
-				return tw.Flush()
-			}, err
+			}
+			return rows, leaseTable(ls...), err
 		}})
 	list.Flags().BoolVar(&byHolder, "by-holder", false, "one line per holder: PENDING ids, expired leases, oldest")
 	list.Flags().StringVar(&f.holder, "holder", "", "only this holder's rows")

@@ -272,15 +272,7 @@ func (e *Engine) StillHeld(ctx context.Context, ids, tokens []int64) ([]int64, e
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := e.db.Query(ctx, `
+	return collect(ctx, e.db, "still held", pgx.RowTo[int64], `
 SELECT r.id FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
 JOIN resource_pool r ON r.id = t.id AND r.lease_token = t.token AND r.status = 'PENDING'`, pgx.QueryExecModeExec, ids, tokens)
-	if err != nil {
-		return nil, dbError("still held", err)
-	}
-	held, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, dbError("still held", err)
-	}
-	return held, nil
 }

@@ -33,15 +33,7 @@ func (e *Engine) Holders(ctx context.Context, limit int) ([]Holder, error) {
 	if limit < 1 || limit > MaxSeed {
 		return nil, invalid("limit %d: between 1 and %d", limit, MaxSeed)
 	}
-	rows, err := e.db.Query(ctx, sqlHolders, limit)
-	if err != nil {
-		return nil, dbError("list holders", err)
-	}
-	hs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Holder])
-	if err != nil {
-		return nil, dbError("list holders", err)
-	}
-	return hs, nil
+	return collect(ctx, e.db, "list holders", pgx.RowToStructByPos[Holder], sqlHolders, limit)
 }
 
 // LeaseRow is a PENDING row as lease list prints it.
@@ -75,15 +67,7 @@ func (e *Engine) List(ctx context.Context, p ListParams) ([]LeaseRow, error) {
 	if p.Limit < 1 || p.Limit > MaxSeed {
 		return nil, invalid("limit %d: between 1 and %d", p.Limit, MaxSeed)
 	}
-	rows, err := e.db.Query(ctx, sqlList, p.Holder, p.Expired, p.Limit)
-	if err != nil {
-		return nil, dbError("list leases", err)
-	}
-	ls, err := pgx.CollectRows(rows, pgx.RowToStructByPos[LeaseRow])
-	if err != nil {
-		return nil, dbError("list leases", err)
-	}
-	return ls, nil
+	return collect(ctx, e.db, "list leases", pgx.RowToStructByPos[LeaseRow], sqlList, p.Holder, p.Expired, p.Limit)
 }
 
 // ReleaseHolderParams select the leases of a bulk release.
@@ -155,4 +139,17 @@ func (e *Engine) ReleaseHolder(ctx context.Context, p ReleaseHolderParams) (Rele
 			return res, nil
 		}
 	}
+}
+
+// collect runs a query and scans every row with scan; errors name op.
+func collect[T any](ctx context.Context, db DBTX, op string, scan pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, dbError(op, err)
+	}
+	out, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return nil, dbError(op, err)
+	}
+	return out, nil
 }

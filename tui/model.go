@@ -328,10 +328,6 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 func (m Model) turn(msg tea.KeyMsg) (workload.Config, bool) {
 	k, c := m.keys, m.cfg
 	switch {
-	case key.Matches(msg, k.WorkersDown):
-		c.Workers = step(workerSteps, c.Workers, -1)
-	case key.Matches(msg, k.WorkersUp):
-		c.Workers = step(workerSteps, c.Workers, 1)
 	case key.Matches(msg, k.Lease):
 		c.Lease = !c.Lease
 	case key.Matches(msg, k.Fencing):
@@ -342,38 +338,35 @@ func (m Model) turn(msg tea.KeyMsg) (workload.Config, bool) {
 		c.Reaper = !c.Reaper
 	case key.Matches(msg, k.Strategy):
 		c.Strategy = nextStrategy(c.Strategy)
-	case key.Matches(msg, k.CrashDown):
-		c.CrashRate = step(faultSteps, c.CrashRate, -1)
-	case key.Matches(msg, k.CrashUp):
-		c.CrashRate = step(faultSteps, c.CrashRate, 1)
-	case key.Matches(msg, k.PauseDown):
-		c.PauseRate = step(faultSteps, c.PauseRate, -1)
-	case key.Matches(msg, k.PauseUp):
-		c.PauseRate = step(faultSteps, c.PauseRate, 1)
-		if c.PauseLength <= c.TTL { // a pause shorter than the lease shows nothing
-			c.PauseLength = c.TTL + c.TTL/2
-		}
-	case key.Matches(msg, k.TTLDown):
-		c.TTL = step(ttlSteps, c.TTL, -1)
-	case key.Matches(msg, k.TTLUp):
-		c.TTL = step(ttlSteps, c.TTL, 1)
-	case key.Matches(msg, k.BatchDown):
-		c.Batch = step(batchSteps, c.Batch, -1)
-	case key.Matches(msg, k.BatchUp):
-		c.Batch = step(batchSteps, c.Batch, 1)
-	case key.Matches(msg, k.TaskDown):
-		c.Task = step(taskSteps, c.Task, -1)
-	case key.Matches(msg, k.TaskUp):
-		c.Task = step(taskSteps, c.Task, 1)
-	case key.Matches(msg, k.RefillDown):
-		c = stepRefill(c, -1)
-	case key.Matches(msg, k.RefillUp):
-		c = stepRefill(c, 1)
-	case key.Matches(msg, k.RateDown):
-		c.Rate = step(rateSteps, c.Rate, -1)
-	case key.Matches(msg, k.RateUp):
-		c.Rate = step(rateSteps, c.Rate, 1)
 	default:
+		// The stepped knobs: a key down and a key up each.
+		for _, s := range []struct {
+			down, up key.Binding
+			move     func(c *workload.Config, dir int)
+		}{
+			{k.WorkersDown, k.WorkersUp, func(c *workload.Config, d int) { c.Workers = step(workerSteps, c.Workers, d) }},
+			{k.CrashDown, k.CrashUp, func(c *workload.Config, d int) { c.CrashRate = step(faultSteps, c.CrashRate, d) }},
+			{k.PauseDown, k.PauseUp, func(c *workload.Config, d int) {
+				c.PauseRate = step(faultSteps, c.PauseRate, d)
+				if d > 0 && c.PauseLength <= c.TTL { // a pause shorter than the lease shows nothing
+					c.PauseLength = c.TTL + c.TTL/2
+				}
+			}},
+			{k.TTLDown, k.TTLUp, func(c *workload.Config, d int) { c.TTL = step(ttlSteps, c.TTL, d) }},
+			{k.BatchDown, k.BatchUp, func(c *workload.Config, d int) { c.Batch = step(batchSteps, c.Batch, d) }},
+			{k.TaskDown, k.TaskUp, func(c *workload.Config, d int) { c.Task = step(taskSteps, c.Task, d) }},
+			{k.RefillDown, k.RefillUp, func(c *workload.Config, d int) { *c = stepRefill(*c, d) }},
+			{k.RateDown, k.RateUp, func(c *workload.Config, d int) { c.Rate = step(rateSteps, c.Rate, d) }},
+		} {
+			switch {
+			case key.Matches(msg, s.down):
+				s.move(&c, -1)
+				return c, c != m.cfg
+			case key.Matches(msg, s.up):
+				s.move(&c, 1)
+				return c, c != m.cfg
+			}
+		}
 		return c, false
 	}
 	return c, c != m.cfg
