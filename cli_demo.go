@@ -128,5 +128,5 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 		return runHeadless(ctx, g, col, &o.watch)
 	}
 	return tui.Run(ctx, tui.Options{Source: col, Knobs: st, Mode: "demo", Server: server, Interval: o.watch.interval,
-		Color: useColor(), Scenario: o.sc.Name})
+		Color: useColor(), Scenario: o.sc.Name, Actions: &actor{db: d.pool, eng: d.eng, col: col}})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/tui"
 )
 
@@ -23,6 +24,9 @@ type watchOptions struct {
 	interval time.Duration
 	stuck    time.Duration
 	alerts   collector.AlertConfig
+	// actions: the dashboard may cancel or terminate sessions and release
+	// a holder's expired leases (each confirmed first).
+	actions bool
 
 	cfg collector.Config // the collector's, made by validate
 }
@@ -30,6 +34,9 @@ type watchOptions struct {
 func (o *watchOptions) addFlags(c *cobra.Command, g *globals) {
 	f := c.Flags()
 	f.StringVar(&o.table, "table", "", "the pool table as schema.table (default: --schema's resource_pool)")
+	if c.Name() == "watch" {
+		f.BoolVar(&o.actions, "allow-actions", false, "let the dashboard cancel or terminate a blocking session (x, X) and release a holder's expired leases, each after a y: the one session of watch that writes")
+	}
 	f.BoolVar(&o.headless, "headless", false, "print one snapshot per poll instead of the dashboard")
 	f.IntVar(&o.count, "count", 0, "with --headless: stop after this many polls (0: until Ctrl-C)")
 	f.DurationVar(&o.interval, "interval", time.Second, "time between polls (0.25s to 60s)")
@@ -120,6 +127,9 @@ func (o *watchOptions) validate(g *globals) error {
 	}
 	cfg, err := o.config(g, g.resolvedDSN())
 	o.cfg = cfg
+	if err == nil && o.actions && o.headless {
+		return usageError{errors.New("--allow-actions is for the dashboard: drop --headless, or drop --allow-actions")}
+	}
 	return err
 }
 
@@ -132,7 +142,17 @@ func (o *watchOptions) run(ctx context.Context, g *globals) error {
 	if o.headless || !isTerminal() {
 		return runHeadless(ctx, g, col, o)
 	}
-	return tui.Run(ctx, tui.Options{Source: col, Mode: "watch", Interval: o.interval, Color: useColor()})
+	opts := tui.Options{Source: col, Mode: "watch", Interval: o.interval, Color: useColor()}
+	if o.actions {
+		schema, _, _ := collector.ParseTable(o.cfg.Table)
+		pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: o.cfg.DSN, From: g.dsnFrom(), Schema: schema, AppName: "pooltop-actions", MaxConns: 1})
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		opts.Actions = &actor{db: pool, eng: engine.New(pool), col: col}
+	}
+	return tui.Run(ctx, opts)
 }
 
 // runHeadless polls every interval and prints one line per poll.

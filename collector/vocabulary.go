@@ -28,4 +28,5 @@ const (
 	EventKnob      EventKind = "knob"      // a demo knob was turned
 	EventScenario  EventKind = "scenario"  // a demo scenario started on a fresh pool
 	EventReset     EventKind = "reset"     // counters, charts and alerts were reset
+	EventAction    EventKind = "action"    // the user acted from the dashboard (cancel, terminate, release)
 )

@@ -9,6 +9,7 @@ type keyMap struct {
 	CrashDown, CrashUp, PauseDown, PauseUp, TTLDown, TTLUp          key.Binding
 	BatchDown, BatchUp, TaskDown, TaskUp, RefillDown, RefillUp      key.Binding
 	RateDown, RateUp, Preset                                        key.Binding
+	Up, Down, Soft, Hard                                            key.Binding
 	demo                                                            bool
 }
 
@@ -46,6 +47,10 @@ func newKeyMap(demo bool) keyMap {
 		RateDown:    b([]string{"a"}, "a/A", "rate limit −/+"),
 		RateUp:      b([]string{"A"}, "A", "rate limit +"),
 		Preset:      b([]string{"1", "2", "3", "4", "5", "6", "7", "8"}, "1-8", "scenario"),
+		Up:          b([]string{"up"}, "↑/↓", "select a blocker or holder"),
+		Down:        b([]string{"down"}, "↓", "next"),
+		Soft:        b([]string{"x"}, "x", "cancel query / release expired"),
+		Hard:        b([]string{"X"}, "X", "terminate session"),
 		demo:        demo,
 	}
 	for _, k := range []*key.Binding{&km.WorkersDown, &km.WorkersUp, &km.Lease, &km.Fencing, &km.Renew, &km.Reaper, &km.Strategy,
@@ -66,7 +71,7 @@ func (k keyMap) ShortHelp() []key.Binding {
 
 // FullHelp is the table shown by '?'.
 func (k keyMap) FullHelp() [][]key.Binding {
-	cols := [][]key.Binding{{k.Quit, k.Help, k.Pause, k.Slower, k.Faster, k.Reset, k.Fresh}}
+	cols := [][]key.Binding{{k.Quit, k.Help, k.Pause, k.Slower, k.Faster, k.Reset, k.Fresh}, {k.Up, k.Soft, k.Hard}}
 	if k.demo {
 		cols = append(cols,
 			[]key.Binding{k.Preset, k.Lease, k.Fencing, k.Renew, k.Reaper, k.Strategy},

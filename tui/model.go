@@ -44,8 +44,11 @@ type Knobs interface {
 // Options configure the dashboard.
 type Options struct {
 	Source Source
-	Knobs  Knobs  // nil: watch mode, read-only
-	Mode   string // shown in the header: "demo" or "watch"
+	Knobs  Knobs // nil: watch mode, read-only
+	// Actions, when set, let the user cancel or terminate a blocking
+	// session and release a holder's expired leases from the screen.
+	Actions Actions
+	Mode    string // shown in the header: "demo" or "watch"
 	// Server, when set, names the server in the header instead of
 	// user@host/database (the demo's "embedded 127.0.0.1:port").
 	Server   string
@@ -119,8 +122,13 @@ type Model struct {
 	// prepared (a fresh pool); action is what the last key did.
 	scenario int
 	custom   bool
-	busy     string
-	action   string
+	// The action cursor over targets(), an action awaiting its y, and the
+	// last word about actions.
+	cursor  int
+	confirm *pendingAction
+	notice  string
+	busy    string
+	action  string
 
 	chartCache chartCache
 }
@@ -218,6 +226,13 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.cfg, m.knobErr = msg.cfg, ""
 		}
 		return m, nil
+	case actionMsg:
+		if msg.err != nil {
+			m.notice = "failed: " + firstLine(msg.err.Error())
+		} else {
+			m.notice = msg.done
+		}
+		return m, nil
 	case resetMsg:
 		m.action = "counters, charts and alerts reset"
 		return m, nil
@@ -262,6 +277,9 @@ func (m *Model) apply(msg pollMsg) {
 
 func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	k := m.keys
+	if mm, cmd, ok := m.actionKey(msg); ok {
+		return mm, cmd
+	}
 	switch {
 	case key.Matches(msg, k.Quit):
 		return m, tea.Quit

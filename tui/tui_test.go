@@ -501,3 +501,95 @@ func TestHelpNamesTheScenarios(t *testing.T) {
 		}
 	}
 }
+
+// fakeActions records what the dashboard asked for.
+type fakeActions struct {
+	mu               sync.Mutex
+	cancelled, ended []int32
+	released         []string
+}
+
+func (a *fakeActions) Cancel(pid int32) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.cancelled = append(a.cancelled, pid)
+	return nil
+}
+func (a *fakeActions) Terminate(pid int32) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ended = append(a.ended, pid)
+	return nil
+}
+func (a *fakeActions) ReleaseExpired(h string) (int64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.released = append(a.released, h)
+	return 3, nil
+}
+
+// Actions need --allow-actions; each asks for a y first, and a key other
+// than y cancels it.
+func TestActionsAskAndAreRefusedWithout(t *testing.T) {
+	key := func(s string) tea.KeyMsg {
+		switch s {
+		case "down":
+			return tea.KeyMsg{Type: tea.KeyDown}
+		case "up":
+			return tea.KeyMsg{Type: tea.KeyUp}
+		}
+		return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(s)}
+	}
+	press := func(m Model, keys ...string) Model {
+		for _, k := range keys {
+			var msg tea.Msg
+			m, msg = run(t, m, key(k))
+			if msg != nil {
+				mm, _ := m.Update(msg)
+				m = mm.(Model)
+			}
+		}
+		return m
+	}
+	// Without actions: refused, and nothing is marked.
+	w := press(polled(t, canned(false), nil, 100, 30), "X")
+	if v := w.View(); !strings.Contains(v, "actions are off: start pooltop watch with --allow-actions") || strings.Contains(v, "›") {
+		t.Fatalf("without actions:\n%s", v)
+	}
+
+	a := &fakeActions{}
+	src := canned(false)
+	m := newTestModel(src, nil, 100, 30)
+	m.opts.Actions = a
+	m, msg := run(t, m, tickMsg{gen: 0})
+	mm, _ := m.Update(msg)
+	m = mm.(Model)
+	if v := m.View(); !strings.Contains(v, "›4100 psql") {
+		t.Fatalf("the cursor is not on the blocker:\n%s", v)
+	}
+	m = press(m, "X")
+	if v := m.View(); !strings.Contains(v, "terminate backend 4100 (psql, idle in transaction)? y to confirm") {
+		t.Fatalf("no confirmation asked:\n%s", v)
+	}
+	m = press(m, "n")
+	if len(a.ended) != 0 || !strings.Contains(m.View(), "cancelled: terminate backend 4100") {
+		t.Fatalf("n did not cancel: %v\n%s", a.ended, m.View())
+	}
+	m = press(m, "X", "y")
+	if len(a.ended) != 1 || a.ended[0] != 4100 || !strings.Contains(m.View(), "terminated backend 4100") {
+		t.Fatalf("terminate: %v\n%s", a.ended, m.View())
+	}
+	m = press(m, "x", "y")
+	if len(a.cancelled) != 1 || a.cancelled[0] != 4100 {
+		t.Fatalf("cancel: %v", a.cancelled)
+	}
+	// Down to the holder with expired leases, and release them.
+	m = press(m, "down", "down")
+	if v := m.View(); !strings.Contains(v, "›pod-7 30 (3 expired)") {
+		t.Fatalf("the cursor is not on pod-7:\n%s", v)
+	}
+	m = press(m, "x", "y")
+	if len(a.released) != 1 || a.released[0] != "pod-7" || !strings.Contains(m.View(), "released 3 expired leases of pod-7") {
+		t.Fatalf("release: %v\n%s", a.released, m.View())
+	}
+}

@@ -495,6 +495,15 @@ func (m Model) viewLocks(width, height int) string {
 	st := m.styles
 	lines := []string{st.Title.Render("who blocks whom")}
 	s := m.snap
+	// With actions, the cursor's target is marked ›.
+	sel, haveSel := m.selected()
+	haveSel = haveSel && m.opts.Actions != nil
+	mark := func(t target) string {
+		if haveSel && t == sel {
+			return st.Warn.Render("›")
+		}
+		return ""
+	}
 	switch {
 	case s == nil:
 	case len(s.Waiters) == 0:
@@ -505,7 +514,7 @@ func (m Model) viewLocks(width, height int) string {
 			waits[w.PID] = w
 		}
 		for _, b := range s.Blockers {
-			lines = append(lines, fmt.Sprintf("%d %s %s — %s", b.PID, sanitize(b.App), sanitize(b.State), sanitize(b.Query)))
+			lines = append(lines, mark(blockerTarget(b))+fmt.Sprintf("%d %s %s — %s", b.PID, sanitize(b.App), sanitize(b.State), sanitize(b.Query)))
 			for i, pid := range b.Blocks {
 				branch := "├─"
 				if i == len(b.Blocks)-1 {
@@ -526,13 +535,15 @@ func (m Model) viewLocks(width, height int) string {
 			part := fmt.Sprintf("%s %s", name, formatInt(h.Pending))
 			if h.Expired > 0 {
 				part += fmt.Sprintf(" (%s expired)", formatInt(h.Expired))
+				part = mark(holderTarget(h)) + part
 			}
 			parts = append(parts, part)
 		}
 		lines = append(lines, st.Dim.Render("holders: ")+strings.Join(parts, " · "))
 	}
 	if s != nil && s.Xmin != nil && s.Xmin.Age > 1000 {
-		lines = append(lines, st.Dim.Render(fmt.Sprintf("xmin held %s xacts by %d %s (%s)", formatInt(s.Xmin.Age), s.Xmin.PID, sanitize(s.Xmin.App), sanitize(s.Xmin.State))))
+		x := s.Xmin
+		lines = append(lines, mark(xminTarget(*x))+st.Dim.Render(fmt.Sprintf("xmin held %s xacts by %d %s (%s)", formatInt(x.Age), x.PID, sanitize(x.App), sanitize(x.State))))
 	}
 	// One column of gutter: a row cut at the width must not run into the
 	// events beside it.
@@ -568,6 +579,12 @@ func (m Model) viewStatus(w int) string {
 	if m.err != nil {
 		since := m.now().Sub(m.errSince).Round(time.Second)
 		parts = append(parts, st.Alert.Render(fmt.Sprintf(" disconnected, retrying (%s): %s ", since, sanitize(firstLine(m.err.Error())))))
+	}
+	if m.confirm != nil {
+		return pad(st.Alert.Render(" "+m.confirm.what+"? y to confirm, any other key cancels "), w)
+	}
+	if m.notice != "" {
+		parts = append(parts, st.Warn.Render(m.notice))
 	}
 	if m.paused {
 		parts = append(parts, st.Warn.Render("PAUSED (space resumes)"))
