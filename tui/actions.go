@@ -1,7 +1,10 @@
 package tui
 
 import (
+	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
@@ -138,4 +141,79 @@ func (m Model) actionKey(msg tea.KeyMsg) (Model, tea.Cmd, bool) {
 		}}
 	}
 	return m, nil, true
+}
+
+// doctorSource is a Source that can check the pool (the collector can).
+type doctorSource interface {
+	Doctor(ctx context.Context) ([]collector.Check, error)
+}
+
+// doctorMsg carries the doctor's findings.
+type doctorMsg struct {
+	checks []collector.Check
+	err    error
+}
+
+// doctorCmd runs the doctor in a command, if the source has one.
+func doctorCmd(src Source) tea.Cmd {
+	d, ok := src.(doctorSource)
+	if !ok {
+		return nil
+	}
+	return func() tea.Msg {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		checks, err := d.Doctor(ctx)
+		return doctorMsg{checks, err}
+	}
+}
+
+// doctorLine is the doctor's verdict in one line: the failing and warning
+// checks by name.
+func (m Model) doctorLine() string {
+	if m.doctor == nil {
+		return ""
+	}
+	var fail, warn []string
+	for _, c := range m.doctor {
+		switch c.Status {
+		case collector.CheckFail:
+			fail = append(fail, c.Check)
+		case collector.CheckWarn:
+			warn = append(warn, c.Check)
+		}
+	}
+	switch {
+	case len(fail) > 0:
+		return fmt.Sprintf("doctor: FAIL %s%s (D: details)", strings.Join(fail, " "), prefixed(" · warn ", warn))
+	case len(warn) > 0:
+		return fmt.Sprintf("doctor: warn %s (D: details)", strings.Join(warn, " "))
+	}
+	return "doctor: every check ok"
+}
+
+func prefixed(p string, list []string) string {
+	if len(list) == 0 {
+		return ""
+	}
+	return p + strings.Join(list, " ")
+}
+
+// doctorView is the doctor's findings in full, for the help area.
+func (m Model) doctorView(width, maxLines int) string {
+	if m.doctor == nil {
+		return "doctor: checking…"
+	}
+	var lines []string
+	for _, c := range m.doctor {
+		line := fmt.Sprintf("%-4s %-16s %s", strings.ToUpper(c.Status), c.Check, sanitize(c.Evidence))
+		if c.Remedy != "" {
+			line += " → " + sanitize(c.Remedy)
+		}
+		lines = append(lines, truncate(line, width))
+	}
+	if len(lines) > maxLines {
+		lines = append(lines[:max(maxLines-1, 0)], fmt.Sprintf("… %d more: pooltop doctor prints them all", len(lines)-maxLines+1))
+	}
+	return strings.Join(lines, "\n")
 }

@@ -9,7 +9,7 @@ type keyMap struct {
 	CrashDown, CrashUp, PauseDown, PauseUp, TTLDown, TTLUp          key.Binding
 	BatchDown, BatchUp, TaskDown, TaskUp, RefillDown, RefillUp      key.Binding
 	RateDown, RateUp, Preset                                        key.Binding
-	Up, Down, Soft, Hard                                            key.Binding
+	Up, Down, Soft, Hard, Doctor                                    key.Binding
 	demo                                                            bool
 }
 
@@ -51,6 +51,7 @@ func newKeyMap(demo bool) keyMap {
 		Down:        b([]string{"down"}, "↓", "next"),
 		Soft:        b([]string{"x"}, "x", "cancel query / release expired"),
 		Hard:        b([]string{"X"}, "X", "terminate session"),
+		Doctor:      b([]string{"D"}, "D", "doctor: every check"),
 		demo:        demo,
 	}
 	for _, k := range []*key.Binding{&km.WorkersDown, &km.WorkersUp, &km.Lease, &km.Fencing, &km.Renew, &km.Reaper, &km.Strategy,
@@ -71,7 +72,7 @@ func (k keyMap) ShortHelp() []key.Binding {
 
 // FullHelp is the table shown by '?'.
 func (k keyMap) FullHelp() [][]key.Binding {
-	cols := [][]key.Binding{{k.Quit, k.Help, k.Pause, k.Slower, k.Faster, k.Reset, k.Fresh}, {k.Up, k.Soft, k.Hard}}
+	cols := [][]key.Binding{{k.Quit, k.Help, k.Pause, k.Slower, k.Faster, k.Reset, k.Fresh}, {k.Up, k.Soft, k.Hard, k.Doctor}}
 	if k.demo {
 		cols = append(cols,
 			[]key.Binding{k.Preset, k.Lease, k.Fencing, k.Renew, k.Reaper, k.Strategy},

@@ -127,8 +127,13 @@ type Model struct {
 	cursor  int
 	confirm *pendingAction
 	notice  string
-	busy    string
-	action  string
+	// doctor holds the last findings of the pool doctor (nil: none yet);
+	// showDoctor shows them in full.
+	doctor     []collector.Check
+	doctorErr  string
+	showDoctor bool
+	busy       string
+	action     string
 
 	chartCache chartCache
 }
@@ -167,9 +172,13 @@ func New(o Options) Model {
 	return m
 }
 
-// Init starts the poll loop with an immediate poll.
+// Init starts the poll loop with an immediate poll, and the doctor.
 func (m Model) Init() tea.Cmd {
-	return func() tea.Msg { return tickMsg{gen: m.gen} }
+	tick := func() tea.Msg { return tickMsg{gen: m.gen} }
+	if d := doctorCmd(m.opts.Source); d != nil {
+		return tea.Batch(tick, d)
+	}
+	return tick
 }
 
 // pollCmd polls in a command goroutine and copies what the view needs, so
@@ -225,6 +234,13 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		} else {
 			m.cfg, m.knobErr = msg.cfg, ""
 		}
+		return m, nil
+	case doctorMsg:
+		m.doctor, m.doctorErr = msg.checks, ""
+		if msg.err != nil {
+			m.doctorErr = firstLine(msg.err.Error())
+		}
+		m.cacheCharts()
 		return m, nil
 	case actionMsg:
 		if msg.err != nil {
@@ -287,6 +303,13 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.showHelp = !m.showHelp
 		m.help.ShowAll = m.showHelp
 		m.cacheCharts()
+		return m, nil
+	case key.Matches(msg, k.Doctor):
+		m.showDoctor = !m.showDoctor
+		m.cacheCharts()
+		if m.showDoctor {
+			return m, doctorCmd(m.opts.Source) // a fresh reading
+		}
 		return m, nil
 	case key.Matches(msg, k.Pause):
 		m.paused = !m.paused

@@ -593,3 +593,50 @@ func TestActionsAskAndAreRefusedWithout(t *testing.T) {
 		t.Fatalf("release: %v\n%s", a.released, m.View())
 	}
 }
+
+// doctorFake is a source with a pool doctor.
+type doctorFake struct {
+	*fakeSource
+	checks []collector.Check
+}
+
+func (d doctorFake) Doctor(context.Context) ([]collector.Check, error) { return d.checks, nil }
+
+// The doctor's failing checks stand in the status line; D shows them all.
+func TestDoctorOnTheDashboard(t *testing.T) {
+	src := doctorFake{canned(false), []collector.Check{
+		{Check: "unused_index", Status: collector.CheckOK, Evidence: "claims use x"},
+		{Check: "reaper_index", Status: collector.CheckFail, Evidence: "no partial index on leased_until", Remedy: "CREATE INDEX CONCURRENTLY …"},
+		{Check: "autovacuum", Status: collector.CheckWarn, Evidence: "30% dead"},
+	}}
+	m := newTestModel(src, nil, 100, 30)
+	cmd := m.Init()
+	var msgs []tea.Msg
+	if b, ok := cmd().(tea.BatchMsg); ok {
+		for _, c := range b {
+			msgs = append(msgs, c())
+		}
+	}
+	for _, msg := range msgs {
+		if _, ok := msg.(tickMsg); ok {
+			var poll tea.Msg
+			m, poll = run(t, m, msg)
+			msg = poll
+		}
+		mm, _ := m.Update(msg)
+		m = mm.(Model)
+	}
+	if v := m.View(); !strings.Contains(v, "doctor: FAIL reaper_index · warn autovacuum (D: details)") {
+		t.Fatalf("no doctor line:\n%s", v)
+	}
+	m, _ = run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'D'}})
+	if v := m.View(); !strings.Contains(v, "FAIL reaper_index") || !strings.Contains(v, "→ CREATE INDEX CONCURRENTLY") {
+		t.Fatalf("D shows no findings:\n%s", v)
+	}
+	for _, sz := range [][2]int{{80, 24}, {100, 30}} {
+		mm, _ := m.Update(tea.WindowSizeMsg{Width: sz[0], Height: sz[1]})
+		if v := mm.(Model).View(); strings.Count(v, "\n") != sz[1]-1 {
+			t.Fatalf("%dx%d with the doctor open: %d lines", sz[0], sz[1], strings.Count(v, "\n")+1)
+		}
+	}
+}

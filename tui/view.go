@@ -66,6 +66,9 @@ func (m Model) layout() layout {
 	if m.showHelp && m.opts.Knobs != nil {
 		l.help += "\n" + m.styles.HelpDesc.Render(presetList(m.width))
 	}
+	if m.showDoctor {
+		l.help = m.doctorView(m.width, max(m.height/3, 2)) + "\n" + l.help
+	}
 	l.helpH = lipgloss.Height(l.help)
 	banner := 0
 	if m.opts.Knobs != nil {
@@ -585,6 +588,14 @@ func (m Model) viewStatus(w int) string {
 	}
 	if m.notice != "" {
 		parts = append(parts, st.Warn.Render(m.notice))
+	}
+	if line := m.doctorLine(); strings.HasPrefix(line, "doctor: FAIL") {
+		parts = append(parts, st.Alert.Render(line))
+	} else if line != "" {
+		parts = append(parts, st.Dim.Render(line))
+	}
+	if m.doctorErr != "" {
+		parts = append(parts, st.Dim.Render("doctor: "+sanitize(m.doctorErr)))
 	}
 	if m.paused {
 		parts = append(parts, st.Warn.Render("PAUSED (space resumes)"))
