@@ -150,6 +150,7 @@ type Collector struct {
 	pending pendingCounter
 	census  census
 	holders holderSample
+	claims  claimReader
 
 	mu     sync.Mutex // guards what follows
 	series map[string]*Ring
@@ -232,6 +233,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		return nil, err
 	}
 	c.census.byTID = c.t.version >= 140000
+	c.claims.probe(ctx, pool)
 	return c, nil
 }
 
@@ -455,10 +457,13 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	}
 	hq := c.holders.plan(c.byIndex() && c.t.hasHolder && c.t.hasLeased)
 	hq.queue(b, c.t.qualified, c.t.hasUpdated)
+	sq := c.claims.plan()
+	sq.queue(b)
 	if err := c.pool.SendBatch(ctx, b).Close(); err != nil {
 		return s, fmt.Errorf("poll: %w", err)
 	}
 	s.Holders, s.HoldersRead = c.holders.absorb(hq)
+	s.Claims = c.claims.absorb(sq, start)
 	if !c.t.hasHolder {
 		s.Limits = append(s.Limits, "no holder column: who holds the PENDING ids is unknown (pooltop lease list shows them by id and age)")
 	}

@@ -551,3 +551,30 @@ func TestHoldersInTheSnapshot(t *testing.T) {
 		t.Fatalf("without a holder column: %+v %v", s.Holders, s.Limits)
 	}
 }
+
+// Where pg_stat_statements is readable, the snapshot carries the claim
+// statements' rate and mean time (watch charts them).
+func TestClaimStatementsFromPgStatStatements(t *testing.T) {
+	b := setup(t, 2000)
+	if _, err := b.conn.Exec(b.ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public"); err != nil {
+		t.Fatalf("pg_stat_statements is needed for this test (the server's contrib modules; pgtest preloads it): %v", err)
+	}
+	c := b.collector(t, collector.Config{})
+	var last collector.Snapshot
+	for i := 0; i < 2*5+1; i++ {
+		for n := 0; n < 20; n++ {
+			if _, err := b.eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{Holder: "w", TTL: time.Minute, N: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := c.Poll(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = s
+	}
+	cs := last.Claims
+	if cs == nil || cs.CallsPerS <= 0 || cs.MeanMS <= 0 || cs.MaxMS < cs.MeanMS {
+		t.Fatalf("claim statements: %+v", cs)
+	}
+}

@@ -171,6 +171,10 @@ func (c *Collector) record(s *Snapshot, gen int) {
 	if s.DepletionETAS != nil {
 		add(SeriesETA, *s.DepletionETAS)
 	}
+	if cs := s.Claims; cs != nil {
+		add(SeriesClaimsPerS, cs.CallsPerS)
+		add(SeriesClaimMeanMS, cs.MeanMS)
+	}
 	if s.AcquiresPerS != nil {
 		add(SeriesAcquires, *s.AcquiresPerS)
 	}
@@ -264,6 +268,7 @@ func (c *Collector) startPoll() int {
 		c.pending = pendingCounter{}
 		c.census = census{byTID: c.census.byTID}
 		c.holders = holderSample{}
+		c.claims = claimReader{available: c.claims.available}
 		c.rebuilt = false
 	}
 	return c.gen

@@ -79,8 +79,10 @@ const (
 	SeriesConsumedPerS  = "consumed_per_s"
 	SeriesDoublePerS    = "double_finalizations_per_s"
 	SeriesConflictsPerS = "conflicts_per_s"
+	SeriesClaimsPerS    = "claim_statements_per_s"
+	SeriesClaimMeanMS   = "claim_mean_ms"
 )
 
 var allSeries = []string{SeriesUnused, SeriesPending, SeriesExpired, SeriesConsumed, SeriesLockWaiters, SeriesLockWaitMax,
 	SeriesDeadTuples, SeriesDeadRatio, SeriesBurn, SeriesETA, SeriesAcquires, SeriesCommits, SeriesAcquireP99,
-	SeriesFenced, SeriesDouble, SeriesLeaked, SeriesPollMS, SeriesConsumedPerS, SeriesDoublePerS, SeriesConflictsPerS}
+	SeriesFenced, SeriesDouble, SeriesLeaked, SeriesPollMS, SeriesConsumedPerS, SeriesDoublePerS, SeriesConflictsPerS, SeriesClaimsPerS, SeriesClaimMeanMS}

@@ -141,6 +141,9 @@ type Snapshot struct {
 	// read every few polls; absent without a holder column or a PENDING index.
 	Holders     []engine.Holder `json:"holders"`
 	HoldersRead int64           `json:"holders_rows_read"`
+	// Claims are the claim statements' figures from pg_stat_statements,
+	// where it is installed and readable (null otherwise).
+	Claims *ClaimStats `json:"claim_statements,omitempty"`
 
 	Workload *workload.Snapshot `json:"workload,omitempty"`
 	Alerts   []Alert            `json:"alerts"`

@@ -246,6 +246,7 @@ const (
 	chConflicts  = "conflicts"
 	chConsumed   = "consumed"
 	chExpired    = "expired"
+	chClaims     = "claims"
 )
 
 // chartOrder is the order of the charts for each scenario's proof: its own
@@ -335,6 +336,15 @@ func (m Model) charts() []chartSpec {
 			sets: []chartSet{{"consumed", s[collector.SeriesConsumedPerS], st.Line1}}}
 		specs[chExpired] = chartSpec{fields: []field{fig(formatInt(int64(v(collector.SeriesExpired))), "expired PENDING", "expired")},
 			alarm: alarms[collector.AlertReaperLag], sets: []chartSet{{"expired", s[collector.SeriesExpired], st.Line1}}}
+		if snap != nil && snap.Claims != nil {
+			// The claims' latency from pg_stat_statements, second in line.
+			order = append([]string{order[0], chClaims}, order[1:]...)
+			specs[chClaims] = chartSpec{fields: []field{
+				fig(fmt.Sprintf("%.2f ms", snap.Claims.MeanMS), "mean claim", "mean"),
+				fig(formatFloat(snap.Claims.CallsPerS), "claims/s", "/s"),
+				fig(fmt.Sprintf("%.0f ms", snap.Claims.MaxMS), "max", "max"),
+			}, sets: []chartSet{{"mean", s[collector.SeriesClaimMeanMS], st.Line1}}}
+		}
 	}
 	out := make([]chartSpec, 0, len(order))
 	for _, name := range order {

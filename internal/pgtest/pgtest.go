@@ -40,8 +40,14 @@ func Main(m *testing.M) {
 func Run(m *testing.M) int {
 	dsn = os.Getenv("TEST_DATABASE_URL")
 	if dsn == "" {
+		// pg_stat_statements, for the tests of what pooltop reads from it;
+		// a server whose binaries lack it starts without (and those tests
+		// say so and fail).
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		s, err := pgembed.Start(ctx, pgembed.Options{Database: "pooltop_test"})
+		s, err := pgembed.Start(ctx, pgembed.Options{Database: "pooltop_test", Settings: map[string]string{"shared_preload_libraries": "pg_stat_statements"}})
+		if err != nil {
+			s, err = pgembed.Start(ctx, pgembed.Options{Database: "pooltop_test"})
+		}
 		cancel()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: cannot start PostgreSQL for the tests: %v (or set TEST_DATABASE_URL)\n", err)
