@@ -61,12 +61,13 @@ func TestStagePlaysScenariosOnFreshPools(t *testing.T) {
 	if total < 2000 || total > 2500 || ledger > 500 {
 		t.Fatalf("fresh pool: %d ids, %d ledger rows", total, ledger)
 	}
-	// The next poll counts the fresh pool, not the old one.
+	// The next poll counts the fresh pool, not the old one (CONSUMED, the
+	// rest of the statistics' live-tuple estimate, may lag a moment).
 	s, err := col.Poll(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Pool.Unused+s.Pool.Pending+s.Pool.Consumed > 2600 {
+	if s.Pool.Unused+s.Pool.Pending > 2600 || s.Pool.Unused < 1000 {
 		t.Fatalf("the collector still counts the old pool: %+v", s.Pool)
 	}
 
