@@ -240,7 +240,7 @@ func (c *leaseCLI) listCmd() *cobra.Command {
 	list := c.command(&cobra.Command{
 		Use:   "list",
 		Short: "List PENDING rows (--holder, --expired), or who holds them (--by-holder)",
-		Long: `List the PENDING rows, the longest expired (or never leased) first, or with
+		Long: `List the PENDING rows, the longest expired first (never leased last), or with
 --by-holder each holder's PENDING ids, expired leases and the age of its
 longest-held row, most held first: which pod sits on the ids. It reads the
 PENDING rows only (through the partial index on them where there is one),

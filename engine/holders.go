@@ -60,9 +60,11 @@ SELECT id, identifier, status, lease_token, holder,
 FROM resource_pool
 WHERE status = 'PENDING' AND ($1::text = '' OR holder = $1)
   AND (NOT $2::bool OR leased_until <= clock_timestamp())
-ORDER BY leased_until NULLS FIRST, id LIMIT $3`
+ORDER BY leased_until LIMIT $3`
 
-// List lists PENDING rows, the longest expired (or never leased) first.
+// List lists PENDING rows, the longest expired first and the never leased
+// last: in the order of the PENDING index, which it reads only until it has
+// Limit rows.
 func (e *Engine) List(ctx context.Context, p ListParams) ([]LeaseRow, error) {
 	if p.Limit < 1 || p.Limit > MaxSeed {
 		return nil, invalid("limit %d: between 1 and %d", p.Limit, MaxSeed)
@@ -85,29 +87,32 @@ type ReleaseResult struct {
 	DryRun       bool  `json:"dry_run,omitempty"`
 }
 
-// A bulk release takes rows in batches, each its own short statement that
-// locks at most Batch rows and skips the rows someone is changing now (a
-// live holder committing one of them wins, and its commit stands). Every
-// released row gets a higher token, so the old holder's late commits are
-// rejected by the fence, as after the reaper.
-const sqlReleaseHolder = `
+// A bulk release first reads the holder's ids through the PENDING index
+// (one statement, the cost of the PENDING rows), then releases them in
+// batches by primary key, each its own short statement that locks at most
+// Batch rows and skips the rows someone is changing now (a live holder
+// committing one of them wins, and its commit stands). Every released row
+// gets a higher token, so the old holder's late commits are rejected by the
+// fence, as after the reaper. (Batches that each searched the table for the
+// holder's rows would walk the index again every time: eight minutes for
+// 150,000 leases in a leak of a million.)
+const sqlHolderIDs = `
+SELECT id FROM resource_pool
+WHERE status = 'PENDING' AND holder = $1 AND (NOT $2::bool OR leased_until <= clock_timestamp())
+  AND lease_token < 9223372036854775807`
+
+const sqlReleaseIDs = `
 WITH picked AS MATERIALIZED (
     SELECT id FROM resource_pool
-    WHERE status = 'PENDING' AND holder = $1 AND (NOT $2::bool OR leased_until <= clock_timestamp())
-      AND lease_token < 9223372036854775807
-    ORDER BY id LIMIT $3
+    WHERE id = ANY($3::bigint[]) AND status = 'PENDING' AND holder = $1
+      AND (NOT $2::bool OR leased_until <= clock_timestamp()) AND lease_token < 9223372036854775807
     FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE resource_pool AS r
 SET status = 'UNUSED', holder = NULL, leased_until = NULL,
     lease_token = r.lease_token + 1, updated_at = clock_timestamp()
 FROM picked
-WHERE r.id = picked.id AND r.status = 'PENDING' AND r.holder = $1`
-
-const sqlCountHolder = `
-SELECT count(*) FROM resource_pool
-WHERE status = 'PENDING' AND holder = $1 AND (NOT $2::bool OR leased_until <= clock_timestamp())
-  AND lease_token < 9223372036854775807`
+WHERE r.id = picked.id`
 
 // ReleaseHolder frees the PENDING rows of one holder (a dead pod's ids).
 func (e *Engine) ReleaseHolder(ctx context.Context, p ReleaseHolderParams) (ReleaseResult, error) {
@@ -122,23 +127,27 @@ func (e *Engine) ReleaseHolder(ctx context.Context, p ReleaseHolderParams) (Rele
 	}
 	if p.DryRun {
 		var n int64
-		if err := e.db.QueryRow(ctx, sqlCountHolder, p.Holder, p.Expired).Scan(&n); err != nil {
+		if err := e.db.QueryRow(ctx, "SELECT count(*) FROM ("+sqlHolderIDs+") AS h", p.Holder, p.Expired).Scan(&n); err != nil {
 			return ReleaseResult{}, dbError("count the holder's leases", err)
 		}
 		return ReleaseResult{Released: n, DryRun: true}, nil
 	}
+	ids, err := collect(ctx, e.db, "find the holder's leases", pgx.RowTo[int64], sqlHolderIDs, p.Holder, p.Expired)
+	if err != nil {
+		return ReleaseResult{}, err
+	}
 	var res ReleaseResult
-	for {
-		tag, err := e.db.Exec(ctx, sqlReleaseHolder, p.Holder, p.Expired, p.Batch)
+	for len(ids) > 0 {
+		n := min(p.Batch, len(ids))
+		tag, err := e.db.Exec(ctx, sqlReleaseIDs, p.Holder, p.Expired, ids[:n])
 		if err != nil {
 			return res, dbError("release the holder's leases", err)
 		}
+		ids = ids[n:]
 		res.Released += tag.RowsAffected()
 		res.TokensRaised += tag.RowsAffected()
-		if tag.RowsAffected() == 0 {
-			return res, nil
-		}
 	}
+	return res, nil
 }
 
 // collect runs a query and scans every row with scan; errors name op.
