@@ -42,7 +42,7 @@ func (m Model) targets() []target {
 		return nil
 	}
 	var out []target
-	for _, b := range s.Blockers {
+	for _, b := range m.blockers() {
 		out = append(out, blockerTarget(b))
 	}
 	if x := s.Xmin; x != nil && x.Age > 1000 {

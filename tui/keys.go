@@ -9,7 +9,7 @@ type keyMap struct {
 	CrashDown, CrashUp, PauseDown, PauseUp, TTLDown, TTLUp          key.Binding
 	BatchDown, BatchUp, TaskDown, TaskUp, RefillDown, RefillUp      key.Binding
 	RateDown, RateUp, Preset                                        key.Binding
-	Up, Down, Soft, Hard, Doctor                                    key.Binding
+	Up, Down, Soft, Hard, Doctor, Order, Filter                     key.Binding
 	demo                                                            bool
 }
 
@@ -52,6 +52,8 @@ func newKeyMap(demo bool) keyMap {
 		Soft:        b([]string{"x"}, "x", "cancel query / release expired"),
 		Hard:        b([]string{"X"}, "X", "terminate session"),
 		Doctor:      b([]string{"D"}, "D", "doctor: every check"),
+		Order:       b([]string{"o"}, "o", "order blockers"),
+		Filter:      b([]string{"/"}, "/", "filter by application"),
 		demo:        demo,
 	}
 	for _, k := range []*key.Binding{&km.WorkersDown, &km.WorkersUp, &km.Lease, &km.Fencing, &km.Renew, &km.Reaper, &km.Strategy,
@@ -72,7 +74,7 @@ func (k keyMap) ShortHelp() []key.Binding {
 
 // FullHelp is the table shown by '?'.
 func (k keyMap) FullHelp() [][]key.Binding {
-	cols := [][]key.Binding{{k.Quit, k.Help, k.Pause, k.Slower, k.Faster, k.Reset, k.Fresh}, {k.Up, k.Soft, k.Hard, k.Doctor}}
+	cols := [][]key.Binding{{k.Quit, k.Help, k.Pause, k.Slower, k.Faster, k.Reset, k.Fresh}, {k.Up, k.Soft, k.Hard, k.Doctor, k.Order, k.Filter}}
 	if k.demo {
 		cols = append(cols,
 			[]key.Binding{k.Preset, k.Lease, k.Fencing, k.Renew, k.Reaper, k.Strategy},

@@ -127,6 +127,11 @@ type Model struct {
 	cursor  int
 	confirm *pendingAction
 	notice  string
+	// The blocking tree's order (an index of sessionOrders) and its
+	// filter on application names, being typed while filtering.
+	order     int
+	filter    string
+	filtering bool
 	// doctor holds the last findings of the pool doctor (nil: none yet);
 	// showDoctor shows them in full.
 	doctor     []collector.Check
@@ -293,6 +298,11 @@ func (m *Model) apply(msg pollMsg) {
 
 func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	k := m.keys
+	if m.confirm == nil { // a pending confirmation takes the next key
+		if mm, ok := m.sessionKey(msg); ok {
+			return mm, nil
+		}
+	}
 	if mm, cmd, ok := m.actionKey(msg); ok {
 		return mm, cmd
 	}

@@ -640,3 +640,52 @@ func TestDoctorOnTheDashboard(t *testing.T) {
 		}
 	}
 }
+
+// o orders the blocking tree (most waiters, longest wait, pid) and / filters
+// it by application name; the action cursor follows what is shown.
+func TestSessionsOrderAndFilter(t *testing.T) {
+	src := canned(false)
+	s := src.snap
+	s.Waiters = []collector.Waiter{{PID: 11, App: "api-7", WaitMS: 500}, {PID: 21, App: "batch", WaitMS: 5}, {PID: 22, App: "batch", WaitMS: 6}}
+	s.Blockers = []collector.Blocker{{PID: 10, App: "api-1", State: "idle in transaction", Blocks: []int32{11}},
+		{PID: 20, App: "batch-0", State: "active", Blocks: []int32{21, 22}}}
+	src.snap = s
+	m := polled(t, src, nil, 100, 30)
+	m.opts.Actions = &fakeActions{}
+	first := func() string {
+		v := m.View()
+		i, j := strings.Index(v, "10 api-1"), strings.Index(v, "20 batch-0")
+		switch {
+		case i >= 0 && (j < 0 || i < j):
+			return "api"
+		case j >= 0:
+			return "batch"
+		}
+		return ""
+	}
+	press := func(keys ...tea.KeyMsg) {
+		for _, k := range keys {
+			m, _ = run(t, m, k)
+		}
+	}
+	r := func(s string) tea.KeyMsg { return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(s)} }
+	if f := first(); f != "batch" {
+		t.Fatalf("most waiters first: %s\n%s", f, m.View())
+	}
+	press(r("o"))
+	if f := first(); f != "api" || !strings.Contains(m.View(), "who blocks whom · by longest wait") {
+		t.Fatalf("longest wait first: %s\n%s", f, m.View())
+	}
+	if tg, _ := m.selected(); tg.pid != 10 {
+		t.Fatalf("the cursor is on %+v, not the first blocker shown", tg)
+	}
+	press(r("/"), r("b"), r("a"), r("t"), tea.KeyMsg{Type: tea.KeyEnter})
+	v := m.View()
+	if strings.Contains(v, "10 api-1") || !strings.Contains(v, "20 batch-0") || !strings.Contains(v, "app ~ bat") {
+		t.Fatalf("filtered on bat:\n%s", v)
+	}
+	press(r("/"), tea.KeyMsg{Type: tea.KeyEnter})
+	if v := m.View(); !strings.Contains(v, "10 api-1") || !strings.Contains(v, "20 batch-0") {
+		t.Fatalf("an empty filter shows all:\n%s", v)
+	}
+}

@@ -506,7 +506,7 @@ func (m Model) viewKnobs(width, height int) string {
 
 func (m Model) viewLocks(width, height int) string {
 	st := m.styles
-	lines := []string{st.Title.Render("who blocks whom")}
+	lines := []string{st.Title.Render(m.locksTitle())}
 	s := m.snap
 	// With actions, the cursor's target is marked ›.
 	sel, haveSel := m.selected()
@@ -526,7 +526,7 @@ func (m Model) viewLocks(width, height int) string {
 		for _, w := range s.Waiters {
 			waits[w.PID] = w
 		}
-		for _, b := range s.Blockers {
+		for _, b := range m.blockers() {
 			lines = append(lines, mark(blockerTarget(b))+fmt.Sprintf("%d %s %s — %s", b.PID, sanitize(b.App), sanitize(b.State), sanitize(b.Query)))
 			for i, pid := range b.Blocks {
 				branch := "├─"
