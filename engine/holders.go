@@ -2,9 +2,13 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Holder is one holder's share of the PENDING rows: what an on-call
@@ -128,7 +132,7 @@ func (e *Engine) ReleaseHolder(ctx context.Context, p ReleaseHolderParams) (Rele
 	if p.DryRun {
 		var n int64
 		if err := e.db.QueryRow(ctx, "SELECT count(*) FROM ("+sqlHolderIDs+") AS h", p.Holder, p.Expired).Scan(&n); err != nil {
-			return ReleaseResult{}, dbError("count the holder's leases", err)
+			return ReleaseResult{}, holderError("count the holder's leases", err)
 		}
 		return ReleaseResult{Released: n, DryRun: true}, nil
 	}
@@ -154,11 +158,21 @@ func (e *Engine) ReleaseHolder(ctx context.Context, p ReleaseHolderParams) (Rele
 func collect[T any](ctx context.Context, db DBTX, op string, scan pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, dbError(op, err)
+		return nil, holderError(op, err)
 	}
 	out, err := pgx.CollectRows(rows, scan)
 	if err != nil {
-		return nil, dbError(op, err)
+		return nil, holderError(op, err)
 	}
 	return out, nil
+}
+
+// holderError names a pool built by hand without a holder column for what
+// it is, and what shows the PENDING rows instead.
+func holderError(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42703" && strings.Contains(pgErr.Message, "holder") {
+		return fmt.Errorf("%s: resource_pool has no holder column, so who holds which id is not recorded: pooltop migrate --allow-writes adds it; meanwhile pooltop watch shows the PENDING rows, their expired leases and their ages", op)
+	}
+	return dbError(op, err)
 }

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,5 +77,21 @@ func TestHoldersListAndBulkRelease(t *testing.T) {
 	}
 	if _, err := b.eng.ReleaseHolder(b.ctx, engine.ReleaseHolderParams{}); err == nil {
 		t.Fatal("a release with no holder was accepted")
+	}
+}
+
+// On a pool built without a holder column the error says so and what to do.
+func TestHoldersWithoutAHolderColumn(t *testing.T) {
+	b := setup(t, 10)
+	if _, err := b.pool.Exec(b.ctx, "ALTER TABLE resource_pool DROP COLUMN holder CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.eng.Holders(b.ctx, 5)
+	if err == nil || !strings.Contains(err.Error(), "no holder column") || !strings.Contains(err.Error(), "pooltop migrate --allow-writes") {
+		t.Fatalf("holders without the column: %v", err)
+	}
+	_, err = b.eng.ReleaseHolder(b.ctx, engine.ReleaseHolderParams{Holder: "x", DryRun: true})
+	if err == nil || !strings.Contains(err.Error(), "no holder column") {
+		t.Fatalf("release without the column: %v", err)
 	}
 }
