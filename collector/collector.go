@@ -421,6 +421,8 @@ type raw struct {
 	fenced, double      int64
 	crashes, reclaimed  int64
 	conflicts           int64
+	leaseLost, empty    int64
+	errors              int64
 	haveWorkload        bool
 }
 

@@ -77,6 +77,10 @@ func (c *Collector) record(s *Snapshot, gen int) {
 		cur.haveWorkload = true
 		cur.acquired, cur.committed, cur.fenced, cur.double = w.Acquired, w.Committed, w.FencedRejections, w.DoubleFinalizations
 		cur.crashes, cur.reclaimed, cur.conflicts = w.Crashes, w.Reclaimed, w.Conflicts
+		cur.leaseLost, cur.empty = w.LeasesLost, w.EmptyPool
+		for _, n := range w.Errors {
+			cur.errors += n
+		}
 	}
 	var events []Event
 	ev := func(kind, format string, args ...any) {
@@ -115,7 +119,8 @@ func (c *Collector) record(s *Snapshot, gen int) {
 				for _, r := range []struct {
 					series    string
 					now, then int64
-				}{{SeriesFenced, cur.fenced, p.fenced}, {SeriesDoublePerS, cur.double, p.double}, {SeriesConflictsPerS, cur.conflicts, p.conflicts}} {
+				}{{SeriesFenced, cur.fenced, p.fenced}, {SeriesDoublePerS, cur.double, p.double}, {SeriesConflictsPerS, cur.conflicts, p.conflicts},
+					{SeriesLeasesLostPerS, cur.leaseLost, p.leaseLost}, {SeriesEmptyPerS, cur.empty, p.empty}, {SeriesErrorsPerS, cur.errors, p.errors}} {
 					if v, ok := rate(r.now, r.then); ok {
 						c.series[r.series].Add(Point{s.Time, v})
 					}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pooltop-dev/pooltop/workload"
 )
 
 // bare is a collector with no database: enough to feed record snapshots.
@@ -143,5 +145,25 @@ func TestDepletionNeedsASustainedDrain(t *testing.T) {
 	c.record(&s, c.startPoll())
 	if !active(s, AlertDepletion) {
 		t.Fatal("an empty pool did not raise the alert at once")
+	}
+}
+
+// The workload's troubles (leases lost, empty claims, errors) become
+// per-second series like its other counters.
+func TestTroubleSeries(t *testing.T) {
+	c := bare(t)
+	t0 := time.Unix(1_700_000_000, 0)
+	for i, w := range []workload.Snapshot{
+		{LeasesLost: 10, EmptyPool: 0, Errors: map[string]int64{"timeout": 1}},
+		{LeasesLost: 14, EmptyPool: 50, Errors: map[string]int64{"timeout": 3, "connection": 2}},
+	} {
+		s := Snapshot{Time: t0.Add(time.Duration(i) * 2 * time.Second), Workload: &w}
+		c.record(&s, 0)
+	}
+	for name, want := range map[string]float64{SeriesLeasesLostPerS: 2, SeriesEmptyPerS: 25, SeriesErrorsPerS: 2} {
+		p, ok := c.series[name].Last()
+		if !ok || p.V != want {
+			t.Errorf("%s: %v, want %v", name, p.V, want)
+		}
 	}
 }

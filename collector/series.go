@@ -81,8 +81,14 @@ const (
 	SeriesConflictsPerS = "conflicts_per_s"
 	SeriesClaimsPerS    = "claim_statements_per_s"
 	SeriesClaimMeanMS   = "claim_mean_ms"
+	// The workload's troubles, per second: renewals refused because the
+	// lease was gone, claims that found the pool empty, failed statements.
+	SeriesLeasesLostPerS = "leases_lost_per_s"
+	SeriesEmptyPerS      = "empty_claims_per_s"
+	SeriesErrorsPerS     = "errors_per_s"
 )
 
 var allSeries = []string{SeriesUnused, SeriesPending, SeriesExpired, SeriesConsumed, SeriesLockWaiters, SeriesLockWaitMax,
 	SeriesDeadTuples, SeriesDeadRatio, SeriesBurn, SeriesETA, SeriesAcquires, SeriesCommits, SeriesAcquireP99,
-	SeriesFenced, SeriesDouble, SeriesLeaked, SeriesPollMS, SeriesConsumedPerS, SeriesDoublePerS, SeriesConflictsPerS, SeriesClaimsPerS, SeriesClaimMeanMS}
+	SeriesFenced, SeriesDouble, SeriesLeaked, SeriesPollMS, SeriesConsumedPerS, SeriesDoublePerS, SeriesConflictsPerS, SeriesClaimsPerS, SeriesClaimMeanMS,
+	SeriesLeasesLostPerS, SeriesEmptyPerS, SeriesErrorsPerS}

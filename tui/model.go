@@ -88,7 +88,8 @@ type (
 var chartSeries = []string{collector.SeriesAcquires, collector.SeriesCommits, collector.SeriesAcquireP99,
 	collector.SeriesLockWaitMax, collector.SeriesDeadTuples, collector.SeriesBurn, collector.SeriesLeaked,
 	collector.SeriesExpired, collector.SeriesFenced, collector.SeriesDouble, collector.SeriesConsumedPerS,
-	collector.SeriesDoublePerS, collector.SeriesConflictsPerS, collector.SeriesClaimMeanMS}
+	collector.SeriesDoublePerS, collector.SeriesConflictsPerS, collector.SeriesClaimMeanMS,
+	collector.SeriesLeasesLostPerS, collector.SeriesEmptyPerS, collector.SeriesErrorsPerS}
 
 // Model is the root model: it routes keys, owns the poll loop and lays out
 // the panels.

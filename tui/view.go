@@ -247,20 +247,21 @@ const (
 	chConsumed   = "consumed"
 	chExpired    = "expired"
 	chClaims     = "claims"
+	chTrouble    = "trouble"
 )
 
 // chartOrder is the order of the charts for each scenario's proof: its own
 // charts first, so that on a small screen, which shows fewer charts, the
 // ones that tell its story stay.
 var chartOrder = map[workload.Proof][]string{
-	workload.ProofHealthy:   {chThroughput, chLatency, chLeaked, chFenced, chBurn, chLockWait, chDead, chConflicts},
-	workload.ProofLeaked:    {chLeaked, chThroughput, chBurn, chLatency, chFenced, chLockWait, chDead, chConflicts},
-	workload.ProofReclaimed: {chLeaked, chThroughput, chBurn, chLatency, chFenced, chLockWait, chDead, chConflicts},
-	workload.ProofDouble:    {chFenced, chLeaked, chThroughput, chLatency, chBurn, chLockWait, chDead, chConflicts},
-	workload.ProofFenced:    {chFenced, chLeaked, chThroughput, chLatency, chBurn, chLockWait, chDead, chConflicts},
-	workload.ProofLockWait:  {chLockWait, chThroughput, chLatency, chLeaked, chBurn, chDead, chFenced, chConflicts},
-	workload.ProofConflicts: {chConflicts, chThroughput, chLatency, chLockWait, chBurn, chLeaked, chDead, chFenced},
-	workload.ProofDrain:     {chBurn, chThroughput, chLatency, chLeaked, chLockWait, chDead, chFenced, chConflicts},
+	workload.ProofHealthy:   {chThroughput, chLatency, chLeaked, chFenced, chBurn, chLockWait, chDead, chConflicts, chTrouble},
+	workload.ProofLeaked:    {chLeaked, chThroughput, chBurn, chLatency, chFenced, chLockWait, chDead, chConflicts, chTrouble},
+	workload.ProofReclaimed: {chLeaked, chThroughput, chBurn, chLatency, chFenced, chTrouble, chLockWait, chDead, chConflicts},
+	workload.ProofDouble:    {chFenced, chLeaked, chThroughput, chLatency, chBurn, chTrouble, chLockWait, chDead, chConflicts},
+	workload.ProofFenced:    {chFenced, chLeaked, chThroughput, chLatency, chBurn, chTrouble, chLockWait, chDead, chConflicts},
+	workload.ProofLockWait:  {chLockWait, chThroughput, chLatency, chLeaked, chBurn, chDead, chFenced, chConflicts, chTrouble},
+	workload.ProofConflicts: {chConflicts, chThroughput, chLatency, chTrouble, chLockWait, chBurn, chLeaked, chDead, chFenced},
+	workload.ProofDrain:     {chBurn, chTrouble, chThroughput, chLatency, chLeaked, chLockWait, chDead, chFenced, chConflicts},
 }
 
 // watchOrder is the order of the charts in watch mode.
@@ -326,6 +327,14 @@ func (m Model) charts() []chartSpec {
 			fields: []field{{formatFloat(v(collector.SeriesFenced)), "fenced/s", "fenced", 0}, {formatFloat(v(collector.SeriesDoublePerS)), "double/s", "dbl", 1}},
 			alarm:  double > 0,
 			sets:   []chartSet{{"fenced", s[collector.SeriesFenced], st.Line1}, {"double", s[collector.SeriesDoublePerS], st.Expired}},
+		}
+		specs[chTrouble] = chartSpec{
+			fields: []field{{formatFloat(v(collector.SeriesLeasesLostPerS)), "leases lost/s", "lost", 0},
+				{formatFloat(v(collector.SeriesEmptyPerS)), "empty claims/s", "empty", 1},
+				{formatFloat(v(collector.SeriesErrorsPerS)), "errors/s", "err", 2}},
+			alarm: v(collector.SeriesErrorsPerS) > 0,
+			sets: []chartSet{{"lost", s[collector.SeriesLeasesLostPerS], st.Line1}, {"empty", s[collector.SeriesEmptyPerS], st.Line2},
+				{"errors", s[collector.SeriesErrorsPerS], st.Expired}},
 		}
 		specs[chConflicts] = chartSpec{
 			fields: []field{fig(formatFloat(v(collector.SeriesConflictsPerS)), "conflicts/s (lost version checks, retried)", "conflicts/s")},
