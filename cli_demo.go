@@ -71,6 +71,9 @@ func (o *demoOptions) validate(*globals) error {
 		return usageError{err}
 	}
 	o.cfg = cfg
+	if err := o.watch.checkCount(); err != nil {
+		return err
+	}
 	return checkInterval(o.watch.interval)
 }
 

@@ -57,6 +57,9 @@ func (o *watchOptions) config(g *globals, dsn string) (collector.Config, error) 
 	if _, _, err := collector.ParseTable(table); err != nil {
 		return collector.Config{}, usageError{fmt.Errorf("--table: %w", err)}
 	}
+	if err := o.checkCount(); err != nil {
+		return collector.Config{}, err
+	}
 	if err := checkInterval(o.interval); err != nil {
 		return collector.Config{}, err
 	}
@@ -88,6 +91,16 @@ func (o *watchOptions) checkAlerts() error {
 		if math.IsNaN(r.v) || r.v <= 0 || r.v > 1 {
 			return usageError{fmt.Errorf("%s %v: give a fraction above 0 and at most 1 (e.g. 0.2)", r.flag, r.v)}
 		}
+	}
+	return nil
+}
+
+// checkCount refuses --count where it would mean nothing: the dashboard
+// runs until q, so a count needs --headless (or output that is not a
+// terminal, which is headless anyway).
+func (o *watchOptions) checkCount() error {
+	if o.count != 0 && !o.headless && isTerminal() {
+		return usageError{fmt.Errorf("--count %d goes with --headless: the dashboard runs until q", o.count)}
 	}
 	return nil
 }

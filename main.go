@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/termtext"
+	"github.com/pooltop-dev/pooltop/workload"
 )
 
 func main() {
@@ -104,6 +107,36 @@ func passwordOf(dsn string) string {
 	return cfg.Password
 }
 
+// scenarioList names the scenarios, a line each, for --help.
+func scenarioList() string {
+	var b strings.Builder
+	for i, sc := range workload.Scenarios {
+		fmt.Fprintf(&b, "  %d %-20s %s\n", i+1, sc.Name, sc.Expect)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// version is the module version and VCS revision the binary was built
+// from, as far as the build recorded them.
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := info.Main.Version
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v += " " + s.Value[:min(len(s.Value), 12)]
+		case "vcs.modified":
+			if s.Value == "true" {
+				v += " (modified)"
+			}
+		}
+	}
+	return v + " " + info.GoVersion
+}
+
 func newRootCmd(g *globals) *cobra.Command {
 	root := g.command(&demoOptions{}, &cobra.Command{
 		Use:   "pooltop",
@@ -116,6 +149,9 @@ With no command, pooltop starts the demo: a private PostgreSQL (unless --dsn
 is given), the schema, a pool of ids, a simulated fleet of workers with its
 reaper, and the dashboard (keys: ? for help, 1-8 scenarios, q to quit).
 pooltop watch shows an existing pool read-only.
+
+Scenarios (keys 1-8 in the demo, --scenario here and in chaos):
+` + scenarioList() + `
 
 Which server: the demo, bench and chaos generate load, so they never take
 their server from the environment. Without --dsn they start a throwaway
@@ -132,6 +168,8 @@ psql.
 		SilenceErrors:     true,
 		Args:              cobra.NoArgs,
 	})
+	root.Version = version()
+	root.SetVersionTemplate("pooltop {{.Version}}\n")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w: see '%s --help'", err, cmd.CommandPath())}
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
+	"github.com/pooltop-dev/pooltop/workload"
 )
 
 // The database starts before the tests and stops after them; goleak then
@@ -424,5 +425,20 @@ func TestDoctor(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "reaper_index, unleased_pending") {
 		t.Fatalf("stderr: %s", r.stderr)
+	}
+}
+
+// --version answers, and the root help names every scenario.
+func TestVersionAndScenariosInHelp(t *testing.T) {
+	t.Parallel()
+	v := pooltop(t, "--version").must(t)
+	if !strings.HasPrefix(v.stdout, "pooltop ") || !strings.Contains(v.stdout, "go1.") {
+		t.Fatalf("--version: %q", v.stdout)
+	}
+	h := pooltop(t, "--help").must(t)
+	for i, sc := range workload.Scenarios {
+		if !strings.Contains(h.stdout, fmt.Sprintf("%d %s", i+1, sc.Name)) {
+			t.Fatalf("--help lacks scenario %s:\n%s", sc.Name, h.stdout)
+		}
 	}
 }
