@@ -71,11 +71,16 @@ func TestActorOnRealSessions(t *testing.T) {
 	}
 }
 
-// --allow-actions belongs to the dashboard.
-func TestWatchActionsNeedTheDashboard(t *testing.T) {
-	t.Parallel()
+// --allow-actions belongs to the dashboard, and to a database named with
+// --dsn: never one picked up from DATABASE_URL.
+func TestWatchActionsNeedTheDashboardAndADSN(t *testing.T) {
+	t.Setenv("DATABASE_URL", pgtest.DSN())
 	r := pooltop(t, "watch", "--dsn", pgtest.DSN(), "--headless", "--allow-actions", "--count", "1")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--allow-actions is for the dashboard") {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	r = pooltop(t, "watch", "--allow-actions")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "name the database with --dsn") {
+		t.Fatalf("actions on DATABASE_URL: exit %d: %s", r.code, r.stderr)
 	}
 }

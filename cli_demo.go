@@ -93,7 +93,7 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM resource_pool").Scan(&existing); err != nil {
 		return fmt.Errorf("count the pool: %w", err)
 	}
-	st := &stage{db: d.pool, eng: d.eng, size: o.poolSize}
+	st := &stage{db: d.pool, eng: d.eng, size: o.poolSize, rebuild: d.embedded != nil || !g.allowWrites}
 	if existing == 0 {
 		start := time.Now()
 		size := st.poolSize(o.sc)

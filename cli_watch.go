@@ -143,6 +143,11 @@ func (o *watchOptions) validate(g *globals) error {
 	if err == nil && o.actions && o.headless {
 		return usageError{errors.New("--allow-actions is for the dashboard: drop --headless, or drop --allow-actions")}
 	}
+	if err == nil && o.actions && g.dsn == "" {
+		// Actions write (cancel, terminate, release): never on a database
+		// picked up from the environment, which is often production.
+		return usageError{errors.New("--allow-actions cancels, terminates and releases: name the database with --dsn (it is not taken from DATABASE_URL or PG* for that)")}
+	}
 	return err
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -25,8 +26,13 @@ type stage struct {
 	wl  *workload.Workload
 	col *collector.Collector
 	// size, when not 0, is the pool size the user asked for (--pool-size),
-	// used instead of each scenario's own.
+	// which scales each scenario's own.
 	size int
+	// rebuild: the pool may be emptied and seeded again, because pooltop
+	// made it (the throwaway server, or --dsn without --allow-writes, where
+	// the demo runs only on a pool pooltop created). On a pool the user let
+	// the demo run on with --allow-writes, a scenario only turns the knobs.
+	rebuild bool
 
 	mu sync.Mutex // one scenario switch at a time
 }
@@ -61,16 +67,18 @@ func scenarioConfig(sc workload.Scenario, seed uint64) workload.Config {
 	return c
 }
 
-// poolSize is the size of a scenario's fresh pool.
+// poolSize is the size of a scenario's fresh pool: its own, or, with
+// --pool-size, that size scaled as the scenario's own is to the healthy
+// default's (drain's pool is a tenth, to run dry while the audience watches).
 func (s *stage) poolSize(sc workload.Scenario) int {
 	if s.size == 0 {
 		return sc.PoolSize
 	}
-	if sc.Proof == workload.ProofDrain {
-		return max(s.size/10, 100) // small enough to run dry while the audience watches
-	}
-	return s.size
+	return max(s.size*sc.PoolSize/workload.Scenarios[0].PoolSize, 100)
 }
+
+// errNotOurs refuses to empty a pool pooltop did not create.
+var errNotOurs = errors.New("refusing to empty this pool for a fresh one: pooltop did not create it (the demo runs on it with --allow-writes); the scenario's knobs are set on the pool as it is")
 
 // Play starts scenario i (0-based, the dashboard's key i+1): it stops the
 // fleet, makes a fresh pool of the scenario's size, resets the counters,
@@ -85,6 +93,15 @@ func (s *stage) Play(i int) error {
 	defer cancel()
 	sc := workload.Scenarios[i]
 	cfg := scenarioConfig(sc, s.wl.Config().Seed)
+	if !s.rebuild {
+		if err := s.wl.SetConfig(cfg); err != nil {
+			return err
+		}
+		s.wl.Reset()
+		s.col.Reset(false)
+		s.col.Note(collector.EventScenario, fmt.Sprintf("scenario %d %s on the pool as it is (not pooltop's to empty): expect %s", i+1, sc.Name, sc.Expect))
+		return nil
+	}
 	size := s.poolSize(sc)
 	if err := s.fresh(ctx, size); err != nil {
 		return fmt.Errorf("scenario %s: %w", sc.Name, err)
@@ -99,6 +116,9 @@ func (s *stage) Play(i int) error {
 
 // Fresh makes a fresh pool of the same size for the knobs in force.
 func (s *stage) Fresh() error {
+	if !s.rebuild {
+		return errNotOurs
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -26,7 +26,10 @@ func TestStagePlaysScenariosOnFreshPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(col.Close)
-	st := &stage{db: db.Pool, eng: db.Engine, wl: wl, col: col, size: 2000}
+	st := &stage{db: db.Pool, eng: db.Engine, wl: wl, col: col, size: 2000, rebuild: true}
+	if got := st.poolSize(workload.Scenarios[len(workload.Scenarios)-1]); got != 200 {
+		t.Fatalf("drain's pool at --pool-size 2000: %d, want a tenth", got)
+	}
 
 	// Crashes without leases leak ids, and the charts fill.
 	pgtest.Eventually(t, "ids leaked", time.Minute, func() bool {
@@ -93,5 +96,38 @@ func TestStagePlaysScenariosOnFreshPools(t *testing.T) {
 	}
 	if err := st.Play(len(workload.Scenarios)); err == nil {
 		t.Fatal("a scenario past the last was accepted")
+	}
+}
+
+// On a pool pooltop did not create (the demo let onto it with
+// --allow-writes) a scenario turns the knobs and empties nothing, and a
+// fresh pool is refused.
+func TestStageNeverEmptiesAPoolNotItsOwn(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 500, pgtest.Options{MaxConns: 4})
+	wl, err := workload.New(db.Engine, scenarioConfig(workload.Scenarios[0], 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Start(ctx)
+	t.Cleanup(wl.Stop)
+	col, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: db.Schema + ".resource_pool", Workload: wl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	st := &stage{db: db.Pool, eng: db.Engine, wl: wl, col: col}
+	pgtest.Eventually(t, "a commit", 30*time.Second, func() bool { return wl.Snapshot().Committed > 0 })
+	if err := st.Play(3); err != nil {
+		t.Fatal(err)
+	}
+	if c := wl.Config(); c.Fencing || c.PauseRate == 0 {
+		t.Fatalf("the scenario's knobs were not set: %+v", c)
+	}
+	var ledger int64
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM business_ledger").Scan(&ledger); err != nil || ledger == 0 {
+		t.Fatalf("the ledger was emptied (%d rows, %v)", ledger, err)
+	}
+	if err := st.Fresh(); err == nil || !strings.Contains(err.Error(), "pooltop did not create it") {
+		t.Fatalf("fresh pool on a pool not ours: %v", err)
 	}
 }
