@@ -51,12 +51,9 @@ func (o *doctorOptions) validate(g *globals) error {
 	if g.wantsEmbedded() {
 		return usageError{errors.New("doctor needs a database to check: pass --dsn (or set DATABASE_URL or PGHOST)")}
 	}
-	table := o.table
-	if table == "" {
-		table = g.schema + ".resource_pool"
-	}
-	if _, _, err := collector.ParseTable(table); err != nil {
-		return usageError{fmt.Errorf("--table: %w", err)}
+	table, err := tableFlag(g, o.table)
+	if err != nil {
+		return err
 	}
 	if o.expired <= 0 {
 		return usageError{fmt.Errorf("--expired %v: give a positive duration (e.g. 10s)", o.expired)}
@@ -71,7 +68,11 @@ func (o *doctorOptions) run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer col.Close()
-	checks, err := col.Doctor(ctx)
+	snap, err := col.Poll(ctx) // dead tuples, the xmin holder, connections
+	if err != nil {
+		return err
+	}
+	checks, err := col.Doctor(ctx, snap)
 	if err != nil {
 		return err
 	}

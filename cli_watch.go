@@ -50,12 +50,9 @@ func (o *watchOptions) addFlags(c *cobra.Command, g *globals) {
 }
 
 func (o *watchOptions) config(g *globals, dsn string) (collector.Config, error) {
-	table := o.table
-	if table == "" {
-		table = g.schema + ".resource_pool"
-	}
-	if _, _, err := collector.ParseTable(table); err != nil {
-		return collector.Config{}, usageError{fmt.Errorf("--table: %w", err)}
+	table, err := tableFlag(g, o.table)
+	if err != nil {
+		return collector.Config{}, err
 	}
 	if err := o.checkCount(); err != nil {
 		return collector.Config{}, err
@@ -93,6 +90,18 @@ func (o *watchOptions) checkAlerts() error {
 		}
 	}
 	return nil
+}
+
+// tableFlag is the pool table a --table flag names: schema.table, or the
+// --schema's resource_pool when not given.
+func tableFlag(g *globals, table string) (string, error) {
+	if table == "" {
+		table = g.schema + ".resource_pool"
+	}
+	if _, _, err := collector.ParseTable(table); err != nil {
+		return "", usageError{fmt.Errorf("--table: %w", err)}
+	}
+	return table, nil
 }
 
 // checkCount refuses --count where it would mean nothing: the dashboard

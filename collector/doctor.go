@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -34,7 +33,10 @@ const (
 // lock without SKIP LOCKED (where pg_stat_statements is readable), and the
 // fencing columns and ledger. It only reads; its counts go through the
 // PENDING index where there is one, and are the cost of the PENDING rows.
-func (c *Collector) Doctor(ctx context.Context) ([]Check, error) {
+// Dead tuples, the xmin holder and connections are a poll's: s, the latest
+// snapshot of this collector (the caller polls; Doctor does not, so it may
+// run beside the dashboard's polls).
+func (c *Collector) Doctor(ctx context.Context, s Snapshot) ([]Check, error) {
 	t := &c.t
 	var out []Check
 	add := func(check, status, evidence, remedy string) {
@@ -93,68 +95,52 @@ FROM %s WHERE status = 'PENDING'`, q), c.cfg.Alerts.ExpiredAfter.Microseconds())
 			"pooltop migrate --allow-writes adds the lease columns")
 	}
 
-	var deadRatio float64
-	var dead int64
 	var avOff bool
 	var opts []string
 	err := c.pool.QueryRow(ctx, `
-SELECT coalesce(sum(s.n_dead_tup), 0)::bigint,
-       coalesce(sum(s.n_dead_tup)::float8 / nullif(sum(s.n_dead_tup + s.n_live_tup), 0), 0),
-       coalesce(bool_or(c.reloptions::text[] @> ARRAY['autovacuum_enabled=false']), false),
+SELECT coalesce(bool_or(c.reloptions::text[] @> ARRAY['autovacuum_enabled=false']), false),
        coalesce((SELECT reloptions::text[] FROM pg_class WHERE oid = $1), '{}')
-FROM pg_class c LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid
-WHERE c.oid = ANY($2)`, t.oid, t.leaves).Scan(&dead, &deadRatio, &avOff, &opts)
+FROM pg_class c WHERE c.oid = ANY($2)`, t.oid, t.leaves).Scan(&avOff, &opts)
 	if err != nil {
-		return nil, fmt.Errorf("doctor: dead tuples: %w", err)
+		return nil, fmt.Errorf("doctor: autovacuum settings: %w", err)
+	}
+	dead := fmt.Sprintf("%d dead tuples, %.0f%% of the table", s.DeadTuples, 100*s.DeadRatio)
+	if w := s.WorstPartition; w != nil {
+		dead += fmt.Sprintf(" (worst partition %s: %.0f%%)", w.Name, 100*w.DeadRatio)
 	}
 	switch {
 	case avOff:
-		add("autovacuum", CheckFail, "autovacuum is off for the pool table: dead tuples of every claim pile up",
+		add("autovacuum", CheckFail, "autovacuum is off for the pool table: dead tuples of every claim pile up ("+dead+")",
 			fmt.Sprintf("ALTER TABLE %s RESET (autovacuum_enabled)", q))
-	case deadRatio > c.cfg.Alerts.DeadRatio:
-		add("autovacuum", CheckWarn, fmt.Sprintf("%d dead tuples, %.0f%% of the table (options %s)", dead, 100*deadRatio, strings.Join(opts, ", ")),
+	case s.DeadRatio > c.cfg.Alerts.DeadRatio:
+		add("autovacuum", CheckWarn, fmt.Sprintf("%s (options %s)", dead, strings.Join(opts, ", ")),
 			fmt.Sprintf("ALTER TABLE %s SET (autovacuum_vacuum_scale_factor = 0.01); look for the xmin holder", q))
 	default:
-		add("autovacuum", CheckOK, fmt.Sprintf("%d dead tuples, %.0f%% of the table", dead, 100*deadRatio), "")
+		add("autovacuum", CheckOK, dead, "")
 	}
 
-	var xminPID *int32
-	var xminAge *int64
-	var xminApp, xminState *string
-	err = c.pool.QueryRow(ctx, `
-SELECT pid, age(backend_xmin)::bigint, application_name, state FROM pg_stat_activity
-WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
-ORDER BY age(backend_xmin) DESC LIMIT 1`).Scan(&xminPID, &xminAge, &xminApp, &xminState)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("doctor: xmin: %w", err)
-	}
-	if xminAge != nil && *xminAge > 1_000_000 {
-		add("xmin_horizon", CheckWarn, fmt.Sprintf("backend %d (%s, %s) holds the xmin horizon %d transactions back: vacuum cannot remove what it might see", *xminPID, *xminApp, *xminState, *xminAge),
-			fmt.Sprintf("end it if it is stuck: SELECT pg_terminate_backend(%d)", *xminPID))
+	if x := s.Xmin; x != nil && x.Age > 1_000_000 {
+		add("xmin_horizon", CheckWarn, fmt.Sprintf("backend %d (%s, %s) holds the xmin horizon %d transactions back: vacuum cannot remove what it might see", x.PID, x.App, x.State, x.Age),
+			fmt.Sprintf("end it if it is stuck: SELECT pg_terminate_backend(%d)", x.PID))
 	} else {
 		add("xmin_horizon", CheckOK, "no session holds the xmin horizon far back", "")
 	}
 
-	var conns, maxConns int
-	if err := c.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_activity)::int, current_setting('max_connections')::int`).Scan(&conns, &maxConns); err != nil {
-		return nil, fmt.Errorf("doctor: connections: %w", err)
-	}
-	if float64(conns) > c.cfg.Alerts.Connections*float64(maxConns) {
-		add("connections", CheckWarn, fmt.Sprintf("%d of %d connections in use", conns, maxConns), "queue in the application (a smaller pool per worker), not in PostgreSQL")
+	conns := fmt.Sprintf("%d of %d connections in use", s.Connections, s.MaxConnections)
+	if s.MaxConnections > 0 && float64(s.Connections) > c.cfg.Alerts.Connections*float64(s.MaxConnections) {
+		add("connections", CheckWarn, conns, "queue in the application (a smaller pool per worker), not in PostgreSQL")
 	} else {
-		add("connections", CheckOK, fmt.Sprintf("%d of %d connections in use", conns, maxConns), "")
+		add("connections", CheckOK, conns, "")
 	}
 
 	// pg_stat_statements, where it is installed and readable.
-	var calls int64
-	var mean, worst float64
-	var locking int64
-	err = c.pool.QueryRow(ctx, `
-SELECT coalesce(sum(calls) FILTER (WHERE query ILIKE '%FOR UPDATE%' AND query NOT ILIKE '%SKIP LOCKED%'), 0)::bigint,
-       coalesce(sum(calls) FILTER (WHERE query ILIKE '%SKIP LOCKED%'), 0)::bigint,
-       coalesce(sum(total_exec_time) FILTER (WHERE query ILIKE '%SKIP LOCKED%') / nullif(sum(calls) FILTER (WHERE query ILIKE '%SKIP LOCKED%'), 0), 0),
-       coalesce(max(max_exec_time) FILTER (WHERE query ILIKE '%SKIP LOCKED%'), 0)
-FROM pg_stat_statements WHERE query ILIKE '%resource_pool%'`).Scan(&locking, &calls, &mean, &worst)
+	var calls, locking int64
+	var total, worst float64
+	err = c.pool.QueryRow(ctx, sqlClaimStatements).Scan(&calls, &total, &worst, &locking)
+	mean := 0.0
+	if calls > 0 {
+		mean = total / float64(calls)
+	}
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr):

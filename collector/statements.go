@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ClaimStats are the claim statements' figures from pg_stat_statements
@@ -22,12 +23,17 @@ type ClaimStats struct {
 // over the time between two readings.
 const statementsEvery = 5
 
-// sqlClaimStatements sums the claims' counters. The query text is only
-// readable to the statement's own role and to pg_read_all_stats
-// (pg_monitor): other roles' claims count as none.
+// sqlClaimStatements sums the claims' counters (calls, total and longest
+// time), and counts the calls of statements on the pool that lock without
+// SKIP LOCKED (claims that queue: the doctor's finding). The query text is
+// only readable to the statement's own role and to pg_read_all_stats
+// (pg_monitor): other roles' statements count as none.
 const sqlClaimStatements = `
-SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_exec_time), 0)::float8, coalesce(max(max_exec_time), 0)::float8
-FROM pg_stat_statements WHERE query ILIKE '%SKIP LOCKED%' AND query ILIKE '%resource_pool%'`
+SELECT coalesce(sum(calls) FILTER (WHERE query ILIKE '%SKIP LOCKED%'), 0)::bigint,
+       coalesce(sum(total_exec_time) FILTER (WHERE query ILIKE '%SKIP LOCKED%'), 0)::float8,
+       coalesce(max(max_exec_time) FILTER (WHERE query ILIKE '%SKIP LOCKED%'), 0)::float8,
+       coalesce(sum(calls) FILTER (WHERE query ILIKE '%FOR UPDATE%' AND query NOT ILIKE '%SKIP LOCKED%'), 0)::bigint
+FROM pg_stat_statements WHERE query ILIKE '%resource_pool%'`
 
 // claimReader keeps the previous reading between polls.
 type claimReader struct {
@@ -41,18 +47,16 @@ type claimReader struct {
 }
 
 // probe finds whether pg_stat_statements can be read here.
-func (r *claimReader) probe(ctx context.Context, pool interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}) {
-	var n int64
+func (r *claimReader) probe(ctx context.Context, pool *pgxpool.Pool) {
+	var n, l int64
 	var t, m float64
-	r.available = pool.QueryRow(ctx, sqlClaimStatements).Scan(&n, &t, &m) == nil
+	r.available = pool.QueryRow(ctx, sqlClaimStatements).Scan(&n, &t, &m, &l) == nil
 }
 
 // claimQuery is one poll's reading (nil: not this poll).
 type claimQuery struct {
-	calls      int64
-	total, max float64
+	calls, locking int64
+	total, max     float64
 }
 
 func (r *claimReader) plan() *claimQuery {
@@ -70,7 +74,7 @@ func (q *claimQuery) queue(b *pgx.Batch) {
 	if q == nil {
 		return
 	}
-	b.Queue(sqlClaimStatements).QueryRow(func(row pgx.Row) error { return row.Scan(&q.calls, &q.total, &q.max) })
+	b.Queue(sqlClaimStatements).QueryRow(func(row pgx.Row) error { return row.Scan(&q.calls, &q.total, &q.max, &q.locking) })
 }
 
 // absorb turns two readings into rates; it returns the newest figures.

@@ -145,7 +145,7 @@ func (m Model) actionKey(msg tea.KeyMsg) (Model, tea.Cmd, bool) {
 
 // doctorSource is a Source that can check the pool (the collector can).
 type doctorSource interface {
-	Doctor(ctx context.Context) ([]collector.Check, error)
+	Doctor(ctx context.Context, s collector.Snapshot) ([]collector.Check, error)
 }
 
 // doctorMsg carries the doctor's findings.
@@ -154,16 +154,18 @@ type doctorMsg struct {
 	err    error
 }
 
-// doctorCmd runs the doctor in a command, if the source has one.
-func doctorCmd(src Source) tea.Cmd {
+// doctorCmd runs the doctor in a command on the snapshot shown, if the
+// source has a doctor and a poll is in.
+func doctorCmd(src Source, snap *collector.Snapshot) tea.Cmd {
 	d, ok := src.(doctorSource)
-	if !ok {
+	if !ok || snap == nil {
 		return nil
 	}
+	s := *snap
 	return func() tea.Msg {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		checks, err := d.Doctor(ctx)
+		checks, err := d.Doctor(ctx, s)
 		return doctorMsg{checks, err}
 	}
 }

@@ -10,15 +10,13 @@ import (
 // Steps of the knobs: each key moves to the next or previous value, so a
 // few presses cover the whole useful range and every value is in range.
 var (
-	workerSteps = []int{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
-	rateSteps   = []float64{0, 10, 50, 100, 200, 500, 1000, 2000, 5000}
-	batchSteps  = []int{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
-	ttlSteps    = []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
-	taskSteps   = []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second}
-	faultSteps  = []float64{0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5}
-	refillSteps = []float64{0, 10, 50, 100, 200, 500, 1000, 5000}
-	// refillLevels are the producer's settings the e/E keys step through:
-	// off, keeping up with consumption, then fixed rates.
+	workerSteps   = []int{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
+	rateSteps     = []float64{0, 10, 50, 100, 200, 500, 1000, 2000, 5000}
+	batchSteps    = []int{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
+	ttlSteps      = []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
+	taskSteps     = []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second}
+	faultSteps    = []float64{0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5}
+	refillSteps   = []float64{0, 10, 50, 100, 200, 500, 1000, 5000} // the fixed rates of refillLevels
 	intervalSteps = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
 )
 
@@ -92,6 +90,8 @@ type refillLevel struct {
 	rate   float64
 }
 
+// refillLevels are the producer's settings the e/E keys step through:
+// off, keeping up with consumption, then the fixed rates.
 func refillLevels() []refillLevel {
 	levels := []refillLevel{{false, 0}, {true, 0}}
 	for _, r := range refillSteps[1:] {

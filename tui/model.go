@@ -138,8 +138,10 @@ type Model struct {
 	doctor     []collector.Check
 	doctorErr  string
 	showDoctor bool
-	busy       string
-	action     string
+	// doctorAsked: the doctor has run, or runs, after the first poll.
+	doctorAsked bool
+	busy        string
+	action      string
 
 	chartCache chartCache
 }
@@ -178,13 +180,10 @@ func New(o Options) Model {
 	return m
 }
 
-// Init starts the poll loop with an immediate poll, and the doctor.
+// Init starts the poll loop with an immediate poll; the doctor runs once
+// the first poll is in.
 func (m Model) Init() tea.Cmd {
-	tick := func() tea.Msg { return tickMsg{gen: m.gen} }
-	if d := doctorCmd(m.opts.Source); d != nil {
-		return tea.Batch(tick, d)
-	}
-	return tick
+	return func() tea.Msg { return tickMsg{gen: m.gen} }
 }
 
 // pollCmd polls in a command goroutine and copies what the view needs, so
@@ -232,6 +231,12 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.held = &msg
 		} else {
 			m.apply(msg)
+		}
+		if !m.doctorAsked && m.snap != nil {
+			m.doctorAsked = true
+			if d := doctorCmd(m.opts.Source, m.snap); d != nil {
+				return m, tea.Batch(m.tick(), d)
+			}
 		}
 		return m, m.tick()
 	case knobMsg:
@@ -319,7 +324,7 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.showDoctor = !m.showDoctor
 		m.cacheCharts()
 		if m.showDoctor {
-			return m, doctorCmd(m.opts.Source) // a fresh reading
+			return m, doctorCmd(m.opts.Source, m.snap) // a fresh reading
 		}
 		return m, nil
 	case key.Matches(msg, k.Pause):

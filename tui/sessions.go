@@ -1,6 +1,7 @@
 package tui
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 
@@ -45,23 +46,13 @@ func (m Model) blockers() []collector.Blocker {
 	slices.SortStableFunc(out, func(a, b collector.Blocker) int {
 		switch sessionOrders[m.order] {
 		case "longest wait":
-			return -cmpFloat(longest(a), longest(b))
+			return cmp.Compare(longest(b), longest(a))
 		case "pid":
-			return int(a.PID - b.PID)
+			return cmp.Compare(a.PID, b.PID)
 		}
 		return len(b.Blocks) - len(a.Blocks)
 	})
 	return out
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // sessionKey handles o (the order) and / (the filter: type the name, Enter

@@ -600,7 +600,9 @@ type doctorFake struct {
 	checks []collector.Check
 }
 
-func (d doctorFake) Doctor(context.Context) ([]collector.Check, error) { return d.checks, nil }
+func (d doctorFake) Doctor(context.Context, collector.Snapshot) ([]collector.Check, error) {
+	return d.checks, nil
+}
 
 // The doctor's failing checks stand in the status line; D shows them all.
 func TestDoctorOnTheDashboard(t *testing.T) {
@@ -610,21 +612,19 @@ func TestDoctorOnTheDashboard(t *testing.T) {
 		{Check: "autovacuum", Status: collector.CheckWarn, Evidence: "30% dead"},
 	}}
 	m := newTestModel(src, nil, 100, 30)
-	cmd := m.Init()
-	var msgs []tea.Msg
-	if b, ok := cmd().(tea.BatchMsg); ok {
-		for _, c := range b {
-			msgs = append(msgs, c())
-		}
+	// The first poll's result brings the doctor in.
+	m, poll := run(t, m, m.Init()())
+	mm, cmd := m.Update(poll)
+	m = mm.(Model)
+	b, ok := cmd().(tea.BatchMsg)
+	if !ok {
+		t.Fatal("the first poll did not start the doctor")
 	}
-	for _, msg := range msgs {
-		if _, ok := msg.(tickMsg); ok {
-			var poll tea.Msg
-			m, poll = run(t, m, msg)
-			msg = poll
+	for _, c := range b {
+		if msg, ok := c().(doctorMsg); ok {
+			mm, _ = m.Update(msg)
+			m = mm.(Model)
 		}
-		mm, _ := m.Update(msg)
-		m = mm.(Model)
 	}
 	if v := m.View(); !strings.Contains(v, "doctor: FAIL reaper_index · warn autovacuum (D: details)") {
 		t.Fatalf("no doctor line:\n%s", v)
