@@ -15,7 +15,8 @@ import (
 func TestProgramFlow(t *testing.T) {
 	kn := &fakeKnobs{cfg: workload.Defaults()}
 	src := canned(true)
-	m := New(Options{Source: src, Knobs: kn, Now: func() time.Time { return clock }})
+	acts := &fakeActions{}
+	m := New(Options{Source: src, Knobs: kn, Actions: acts, Now: func() time.Time { return clock }})
 	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(100, 30))
 	wait := func(what string) {
 		t.Helper()
@@ -25,6 +26,11 @@ func TestProgramFlow(t *testing.T) {
 	wait("184,210 ▓ 42")
 	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'l'}})
 	wait("lease    OFF")
+	// An action asks first, and runs on y.
+	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'X'}})
+	wait("y to confirm")
+	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'y'}})
+	wait("terminated backend 4100")
 	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'?'}})
 	wait("renewal on/off")
 	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'q'}})
@@ -32,6 +38,12 @@ func TestProgramFlow(t *testing.T) {
 	final := tm.FinalModel(t).(Model)
 	if final.cfg.Lease || kn.Config().Lease {
 		t.Fatal("the lease knob did not reach the workload")
+	}
+	acts.mu.Lock()
+	ended := append([]int32(nil), acts.ended...)
+	acts.mu.Unlock()
+	if len(ended) != 1 || ended[0] != 4100 {
+		t.Fatalf("terminated %v, want backend 4100", ended)
 	}
 	src.mu.Lock()
 	polls := src.polls

@@ -122,6 +122,11 @@ func (s *shard) add(c counter, n int64) { s.c[c].Add(n) }
 func (s *shard) fail(err error) { s.errs[classify(err)].Add(1) }
 
 func (s *shard) observe(h **hdrhistogram.Histogram, d time.Duration) {
+	s.observeAt(h, d, time.Now())
+}
+
+// observeAt records d as measured at now.
+func (s *shard) observeAt(h **hdrhistogram.Histogram, d time.Duration, now time.Time) {
 	us := d.Microseconds()
 	if us < histMin {
 		us = histMin
@@ -132,7 +137,7 @@ func (s *shard) observe(h **hdrhistogram.Histogram, d time.Duration) {
 	s.mu.Lock()
 	_ = (*h).RecordValue(us)
 	if *h == s.acquire {
-		s.rotate(time.Now())
+		s.rotate(now)
 		_ = s.recent.Current.RecordValue(us)
 	}
 	s.mu.Unlock()

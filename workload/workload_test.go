@@ -231,3 +231,26 @@ func TestWorkloadStartStopRestart(t *testing.T) {
 		t.Fatalf("violations after restarts: %v", a.Violations)
 	}
 }
+
+// A keep-up producer adds back exactly what the workers consumed: once the
+// fleet stops, the ids refilled equal the ids committed, and UNUSED is
+// where it started (no task fails, nothing crashes).
+func TestKeepUpRefillsWhatIsConsumed(t *testing.T) {
+	b := setup(t, 5000)
+	cfg := workload.Defaults()
+	cfg.Workers, cfg.Task, cfg.KeepUp = 4, time.Millisecond, true
+	wl := b.newWorkload(t, cfg)
+	wl.Start(b.ctx)
+	pgtest.Eventually(t, "some commits", 30*time.Second, func() bool { return wl.Snapshot().Committed > 500 })
+	cfg.Workers = 0
+	if err := wl.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, "the fleet stopped and the producer caught up", 30*time.Second, func() bool {
+		s := wl.Snapshot()
+		return s.Workers == 0 && s.Stopping == 0 && s.Refilled == s.Committed
+	})
+	if a := b.audit(t); a.Unused != 5000 || a.Pending != 0 {
+		t.Fatalf("UNUSED %d, PENDING %d after a keep-up run, want the 5,000 it started with and none held", a.Unused, a.Pending)
+	}
+}
