@@ -35,7 +35,12 @@ func TestRecentLatencyForgets(t *testing.T) {
 		t.Fatalf("all-time p99 forgot the slow spell: %.1f ms", p)
 	}
 	// A shard quiet for longer than the window holds nothing recent.
-	if n := func() int64 { tt := newTotals(); s.rotate(t0.Add(time.Minute)); tt.recent.Merge(s.recent.Merge()); return tt.recent.TotalCount() }(); n != 0 {
+	if n := func() int64 {
+		tt := newTotals()
+		s.rotate(t0.Add(time.Minute))
+		tt.recent.Merge(s.recent.Merge())
+		return tt.recent.TotalCount()
+	}(); n != 0 {
 		t.Fatalf("%d recent claims a minute later", n)
 	}
 }
