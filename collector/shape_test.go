@@ -261,3 +261,44 @@ func TestPartitionedPoolStatisticsAndLockWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A producer that adds more than the claims take reads as a pool that does
+// not drain, on every shape: consumption at the head faster than a chunk a
+// poll, ids added at the top, from the first polls on (before the sweep of
+// the id range is done). With a threshold of a day, any positive burn on
+// these 40,000 ids would raise the depletion alert.
+func TestRefillFasterThanBurnOnEveryShape(t *testing.T) {
+	for _, sh := range shapes {
+		t.Run(sh.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			schema := sh.build(t, 40_000)
+			conn := pgtest.Conn(t, schema)
+			c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool", Alerts: collector.AlertConfig{DepletionWithin: 24 * time.Hour}})
+			var s collector.Snapshot
+			for i := 0; i < 12; i++ {
+				for _, sql := range []string{
+					`UPDATE resource_pool SET status = 'CONSUMED' WHERE id IN (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 1500)`,
+					`INSERT INTO resource_pool (id, identifier, status) SELECT m + g, 'res-' || (m + g), 'UNUSED'
+					 FROM (SELECT max(id) AS m FROM resource_pool) AS t, generate_series(1, 3000) AS g`,
+				} {
+					if _, err := conn.Exec(ctx, sql); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var err error
+				if s, err = c.Poll(ctx); err != nil {
+					t.Fatal(err)
+				}
+				for _, a := range s.Alerts {
+					if a.Name == collector.AlertDepletion && a.Active {
+						t.Fatalf("poll %d: depletion alert while the pool grows by 1,500 a poll: %s (burn %.1f/s)", i, a.Message, s.BurnPerS)
+					}
+				}
+			}
+			if s.BurnPerS > 0 || s.DepletionETAS != nil {
+				t.Fatalf("burn %.1f/s, eta %v while the pool grew by 18,000", s.BurnPerS, s.DepletionETAS)
+			}
+		})
+	}
+}
