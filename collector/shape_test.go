@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 )
 
@@ -300,5 +301,53 @@ func TestRefillFasterThanBurnOnEveryShape(t *testing.T) {
 				t.Fatalf("burn %.1f/s, eta %v while the pool grew by 18,000", s.BurnPerS, s.DepletionETAS)
 			}
 		})
+	}
+}
+
+// Holders and the bulk release of a holder's expired leases on a
+// hash-partitioned pool: the holders sample reads across partitions, and
+// the release frees every one of them, with higher tokens.
+func TestHoldersAndBulkReleaseOnAPartitionedPool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var part shape
+	for _, sh := range shapes {
+		if sh.name == "partitioned" {
+			part = sh
+		}
+	}
+	schema := part.build(t, 20_000)
+	conn := pgtest.Conn(t, schema)
+	// Every PENDING row whose lease expired an hour ago belongs to pod-9.
+	if _, err := conn.Exec(ctx, `UPDATE resource_pool SET holder = 'pod-9' WHERE status = 'PENDING' AND leased_until < now() - interval '30 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	var want int64
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM resource_pool WHERE holder = 'pod-9'`).Scan(&want); err != nil || want == 0 {
+		t.Fatalf("pod-9 holds %d rows (%v)", want, err)
+	}
+	c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
+	s, err := c.Poll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, h := range s.Holders {
+		found = found || (h.Holder == "pod-9" && h.Expired > 0)
+	}
+	if !found {
+		t.Fatalf("holders on the partitioned pool: %+v", s.Holders)
+	}
+	eng := engine.New(pgtest.Pool(t, schema, pgtest.Options{MaxConns: 2}))
+	res, err := eng.ReleaseHolder(ctx, engine.ReleaseHolderParams{Holder: "pod-9", Expired: true, Batch: 100})
+	if err != nil || res.Released != want {
+		t.Fatalf("release on the partitioned pool: %+v %v, want %d", res, err, want)
+	}
+	var left, raised int64
+	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE holder = 'pod-9'), count(*) FILTER (WHERE status = 'UNUSED' AND lease_token = 2) FROM resource_pool`).Scan(&left, &raised); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 || raised != want {
+		t.Fatalf("after the release: %d rows still held, %d released at token 2, want 0 and %d", left, raised, want)
 	}
 }
