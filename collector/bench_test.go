@@ -145,8 +145,8 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 // BenchmarkPollShapes measures, on each shape of shapes (ids consumed in
 // order; a leak of 10% with the states interleaved; a hand-built pool
 // with no partial index on PENDING rows; 8 hash partitions), in one run: the
-// poll on the idle server, the poll under a 16-client pgbench claim load from
-// another process, the naive GROUP BY status in the same run, how many polls
+// poll on the idle server, the poll under a 4-client and then a 16-client
+// pgbench claim load from another process, the naive GROUP BY status in the same run, how many polls
 // the figures take to come within 2% of the truth, the largest error left a
 // few polls after the load stops, and what polling every second costs the
 // load (median of ten quiet/polled pairs).
@@ -187,14 +187,22 @@ func BenchmarkPollShapes(b *testing.B) {
 				" WHERE id = (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id)" +
 				" SELECT coalesce((SELECT id FROM c), 0) AS id \\gset\n" +
 				"UPDATE resource_pool SET status = 'CONSUMED', updated_at = now() WHERE id = :id;\n"
-			load := func(d time.Duration) float64 {
-				res, err := pgbench.Run(ctx, pgbench.Options{DSN: pgtest.DSN(), Schema: schema, Script: script, Clients: 16, Duration: d})
+			loadN := func(clients int, d time.Duration) float64 {
+				res, err := pgbench.Run(ctx, pgbench.Options{DSN: pgtest.DSN(), Schema: schema, Script: script, Clients: clients, Duration: d})
 				if err != nil {
 					b.Error(err) // may run in a goroutine: no Fatal
 				}
 				return res.TPS
 			}
+			load := func(d time.Duration) float64 { return loadN(16, d) }
 			b.ResetTimer()
+			// The load the issue saw first: 4 clients, as many as a 2-core
+			// server runs without a queue.
+			done4 := make(chan struct{})
+			go func() { loadN(4, 25*time.Second); close(done4) }()
+			time.Sleep(3 * time.Second)
+			busy4 := pollTimes(b, ctx, col, 40, 50*time.Millisecond)
+			<-done4
 			done := make(chan struct{})
 			go func() { load(40 * time.Second); close(done) }()
 			time.Sleep(3 * time.Second) // pgbench connects and reaches its rate
@@ -223,6 +231,8 @@ func BenchmarkPollShapes(b *testing.B) {
 			}
 			sort.Float64s(overheads)
 			reportPolls(b, idle, busy, groupBy)
+			sort.Float64s(busy4)
+			b.ReportMetric(busy4[len(busy4)/2], "poll4_p50_ms")
 			b.ReportMetric(float64(converge), "polls_to_2%")
 			b.ReportMetric(after, "error_after_load_%")
 			b.ReportMetric((overheads[4]+overheads[5])/2, "overhead_median_%")
