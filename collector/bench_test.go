@@ -2,11 +2,16 @@ package collector_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
@@ -201,7 +206,9 @@ func BenchmarkPollShapes(b *testing.B) {
 			done4 := make(chan struct{})
 			go func() { loadN(4, 25*time.Second); close(done4) }()
 			time.Sleep(3 * time.Second)
+			cpu0 := serverCPU(b, conn)
 			busy4 := pollTimes(b, ctx, col, 40, 50*time.Millisecond)
+			cpu4 := (serverCPU(b, conn) - cpu0) / time.Duration(len(busy4))
 			<-done4
 			done := make(chan struct{})
 			go func() { load(40 * time.Second); close(done) }()
@@ -233,6 +240,13 @@ func BenchmarkPollShapes(b *testing.B) {
 			reportPolls(b, idle, busy, groupBy)
 			sort.Float64s(busy4)
 			b.ReportMetric(busy4[len(busy4)/2], "poll4_p50_ms")
+			// What a poll costs the server in CPU, read from the kernel for the
+			// collector's backends: unlike wall time, it does not count the
+			// wait for a CPU, and at one poll a second it is the share of the
+			// machine that watching takes from the workload.
+			ms := float64(cpu4.Microseconds()) / 1000
+			b.ReportMetric(ms, "poll_cpu_ms")
+			b.ReportMetric(100*ms/1000/float64(runtime.NumCPU()), "cpu_share_%")
 			b.ReportMetric(float64(converge), "polls_to_2%")
 			b.ReportMetric(after, "error_after_load_%")
 			b.ReportMetric((overheads[4]+overheads[5])/2, "overhead_median_%")
@@ -298,4 +312,33 @@ func reportPolls(b *testing.B, idle, busy []float64, groupBy time.Duration) {
 	b.ReportMetric(busy[len(busy)/2], "poll_p50_ms")
 	b.ReportMetric(busy[len(busy)*95/100], "poll_p95_ms")
 	b.ReportMetric(float64(groupBy.Microseconds())/1000, "groupby_ms")
+}
+
+// serverCPU is the CPU time the server's backends of the collector
+// ("pooltop-collector") have used, from /proc (the test server runs on this
+// machine; /proc counts in USER_HZ, 100 a second on Linux).
+func serverCPU(b *testing.B, conn *pgx.Conn) time.Duration {
+	b.Helper()
+	rows, err := conn.Query(context.Background(), "SELECT pid FROM pg_stat_activity WHERE application_name = 'pooltop-collector'")
+	if err != nil {
+		b.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ticks int64
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			b.Fatalf("the collector's backend %d: %v (the benchmark reads its CPU time from /proc, on the machine of the test server)", pid, err)
+		}
+		// The fields after the command name, which is in parentheses.
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+		for _, i := range []int{11, 12} { // utime, stime (fields 14 and 15)
+			n, _ := strconv.ParseInt(f[i], 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
