@@ -239,6 +239,13 @@ func snapshotLine(s collector.Snapshot) string {
 	line := fmt.Sprintf("%s unused %d pending %d expired %d consumed %d%s | lock waiters %d max %.0fms | dead %d (%.1f%%) | burn %.1f/s eta %s | poll %.1fms",
 		s.Time.Format("15:04:05"), s.Pool.Unused, s.Pool.Pending, s.Pool.Expired, s.Pool.Consumed, est,
 		s.LockWaiters, s.LockWaitMaxMS, s.DeadTuples, 100*s.DeadRatio, s.BurnPerS, eta, s.PollMS)
+	if len(s.Fleet) > 0 {
+		n := map[string]int{}
+		for _, p := range s.Fleet {
+			n[p.State]++
+		}
+		line += fmt.Sprintf(" | fleet %d alive %d gone %d stopped", n[collector.ProcessAlive], n[collector.ProcessGone], n[collector.ProcessStopped])
+	}
 	if len(alerts) > 0 {
 		line += " | ALERT " + strings.Join(alerts, ",")
 	}

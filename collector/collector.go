@@ -126,6 +126,7 @@ type target struct {
 	leafNames    []string
 	partitioned  bool
 	ledgerOID    uint32 // 0 when there is no business_ledger beside it
+	fleet        string // quoted pooltop_worker beside it, "" when there is none (or it cannot be read)
 	qualified    string // quoted schema.table
 	schema, name string
 	hasLeased    bool // leased_until column
@@ -151,6 +152,7 @@ type Collector struct {
 	census  census
 	holders holderSample
 	claims  claimReader
+	fleet   fleetReader
 
 	mu     sync.Mutex // guards what follows
 	series map[string]*Ring
@@ -395,6 +397,14 @@ FROM pg_index i WHERE i.indrelid = $1 AND i.indpred IS NOT NULL AND i.indisvalid
 	if ledger != nil {
 		t.ledgerOID = *ledger
 	}
+	fleet := pgx.Identifier{schema, "pooltop_worker"}.Sanitize()
+	var readable *bool
+	if err := c.pool.QueryRow(ctx, `SELECT has_table_privilege(to_regclass($1), 'SELECT')`, fleet).Scan(&readable); err != nil {
+		return err
+	}
+	if readable != nil && *readable {
+		t.fleet = fleet
+	}
 	return nil
 }
 
@@ -461,11 +471,14 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	hq.queue(b, c.t.qualified, c.t.hasUpdated)
 	sq := c.claims.plan()
 	sq.queue(b)
+	fq := c.fleet.plan(c.t.fleet)
+	fq.queue(b, c.t.fleet)
 	if err := c.pool.SendBatch(ctx, b).Close(); err != nil {
 		return s, fmt.Errorf("poll: %w", err)
 	}
 	s.Holders, s.HoldersRead = c.holders.absorb(hq)
 	s.Claims = c.claims.absorb(sq, start)
+	s.Fleet = c.fleet.absorb(fq)
 	if !c.t.hasHolder {
 		s.Limits = append(s.Limits, "no holder column: who holds the PENDING ids is unknown (pooltop lease list shows them by id and age)")
 	}

@@ -144,6 +144,9 @@ type Snapshot struct {
 	// Claims are the claim statements' figures from pg_stat_statements,
 	// where it is installed and readable (null otherwise).
 	Claims *ClaimStats `json:"claim_statements,omitempty"`
+	// Fleet are the `pooltop work` processes registered beside the pool
+	// (pooltop_worker), by name; absent where the pool has no fleet table.
+	Fleet []Process `json:"fleet,omitempty"`
 
 	Workload *workload.Snapshot `json:"workload,omitempty"`
 	Alerts   []Alert            `json:"alerts"`

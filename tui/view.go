@@ -563,6 +563,9 @@ func (m Model) viewLocks(width, height int) string {
 		}
 		lines = append(lines, st.Dim.Render("holders: ")+strings.Join(parts, " · "))
 	}
+	if s != nil && len(s.Fleet) > 0 {
+		lines = append(lines, fleetLines(st, s.Fleet)...)
+	}
 	if s != nil && s.Xmin != nil && s.Xmin.Age > 1000 {
 		x := s.Xmin
 		lines = append(lines, mark(xminTarget(*x))+st.Dim.Render(fmt.Sprintf("xmin held %s xacts by %d %s (%s)", formatInt(x.Age), x.PID, sanitize(x.App), sanitize(x.State))))
@@ -570,6 +573,36 @@ func (m Model) viewLocks(width, height int) string {
 	// One column of gutter: a row cut at the width must not run into the
 	// events beside it.
 	return gutter(box(strings.Join(lines, "\n"), width-1, height))
+}
+
+// fleetLines sum up the `pooltop work` processes: how many are alive and
+// their cycles per second, how many stopped, then on a line of their own
+// the gone ones by name with the leases they held at their last heartbeat
+// (waiting for the reaper).
+func fleetLines(st Styles, fleet []collector.Process) []string {
+	var alive, stopped int
+	var rate float64
+	var gone []string
+	for _, p := range fleet {
+		switch p.State {
+		case collector.ProcessAlive:
+			alive++
+			rate += p.CyclesPS
+		case collector.ProcessStopped:
+			stopped++
+		default:
+			gone = append(gone, fmt.Sprintf("%s %s ago, held %d", sanitize(p.Name), (time.Duration(p.LastSeenS) * time.Second).String(), p.Held))
+		}
+	}
+	line := st.Dim.Render("fleet: ") + fmt.Sprintf("%d alive %s cycles/s", alive, formatInt(int64(rate)))
+	if stopped > 0 {
+		line += st.Dim.Render(fmt.Sprintf(" · %d stopped", stopped))
+	}
+	lines := []string{line}
+	if len(gone) > 0 {
+		lines = append(lines, st.Warn.Render(fmt.Sprintf("%d gone: %s", len(gone), strings.Join(gone, "; "))))
+	}
+	return lines
 }
 
 // gutter adds a blank column on the right of every line of s.

@@ -380,6 +380,7 @@ type worker struct {
 	limiter *rate.Limiter
 	stop    chan struct{}
 	once    sync.Once
+	held    atomic.Int64 // leases of the cycle in progress
 }
 
 func newWorker(w *Workload, n int, seed uint64) *worker {
@@ -461,6 +462,8 @@ func (wk *worker) cycle(ctx context.Context, n int) (crashed bool) {
 	}
 	s.add(cAcquireCalls, 1)
 	s.add(cAcquired, int64(len(leases)))
+	wk.held.Store(int64(len(leases)))
+	defer wk.held.Store(0)
 
 	if cfg.CrashRate > 0 && wk.rng.Float64() < cfg.CrashRate {
 		s.add(cCrashes, 1)
@@ -576,4 +579,22 @@ func (wk *worker) countCommit(err error, prior int) {
 	default:
 		s.fail(err)
 	}
+}
+
+// RunID is the suffix of this workload's holder names (w<n>-<run id>).
+func (w *Workload) RunID() string { return w.runID }
+
+// Held is how many leases the workload holds now: those of the cycles in
+// progress, and those its crashed workers died holding that the reaper has
+// not yet brought back (as RefreshLeaked last saw them).
+func (w *Workload) Held() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := int64(len(w.leaked))
+	for _, ws := range [][]*worker{w.workers, w.leaving} {
+		for _, wk := range ws {
+			n += wk.held.Load()
+		}
+	}
+	return int(n)
 }

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+)
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+	buildOut  []byte
+)
+
+// binary builds pooltop once per test run and returns its path, for the
+// tests that run it as a process of its own (tmux, the fleet).
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "pooltop-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "pooltop")
+		buildOut, buildErr = exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("build: %v\n%s", buildErr, buildOut)
+	}
+	return builtBin
+}
+
+// cleanEnv is the environment without the variables that name a server.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "DATABASE_URL" || strings.HasPrefix(k, "PG") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// workProcess is one `pooltop work` running as a process of its own.
+type workProcess struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+	done           chan error
+}
+
+func startWork(t *testing.T, args ...string) *workProcess {
+	t.Helper()
+	p := &workProcess{done: make(chan error, 1)}
+	p.cmd = exec.Command(binary(t), append([]string{"work"}, args...)...)
+	p.cmd.Env = cleanEnv()
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// wait waits for the process to end and returns its exit code.
+func (p *workProcess) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		p.done <- nil // for the cleanup
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(30 * time.Second):
+		t.Fatalf("pooltop work did not end within 30s\n%s", p.stderr.String())
+		return -1
+	}
+}
+
+// TestFleetOfProcesses runs two `pooltop work` processes on one pool and
+// watches them as a fleet: both alive with their cycle rates; one killed
+// with SIGKILL while it holds leases (tasks of 400 ms) is shown gone, and
+// the other's reaper brings its leases back; the other, sent SIGTERM,
+// drains, releases what it holds, and is shown stopped. The audit then
+// finds every id accounted for and no effect twice.
+func TestFleetOfProcesses(t *testing.T) {
+	ctx := context.Background()
+	schema := pgtest.MigratedSchema(t)
+	dsn := pgtest.DSN()
+	pooltop(t, "seed", "--dsn", dsn, "--schema", schema, "--count", "20000").must(t)
+	conn := pgtest.Conn(t, schema)
+
+	common := []string{"--dsn", dsn, "--schema", schema, "--workers", "4", "--heartbeat", "200ms", "--json"}
+	keeper := startWork(t, append(common, "--name", "keeper", "--task", "20ms")...)
+	victim := startWork(t, append(common, "--name", "victim", "--task", "400ms", "--no-reaper")...)
+
+	col, err := collector.New(ctx, collector.Config{DSN: dsn, Table: schema + ".resource_pool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer col.Close()
+	fleet := func() map[string]collector.Process {
+		s, err := col.Poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]collector.Process{}
+		for _, p := range s.Fleet {
+			m[p.Name] = p
+		}
+		return m
+	}
+	pgtest.Eventually(t, "both processes alive and cycling", 20*time.Second, func() bool {
+		f := fleet()
+		return f["keeper"].Alive && f["victim"].Alive && f["keeper"].CyclesPS > 0 && f["victim"].CyclesPS > 0 &&
+			f["victim"].PID == int32(victim.cmd.Process.Pid) && f["keeper"].Workers == 4
+	})
+
+	// The victim holds leases when it is killed: its tasks take 400 ms.
+	var runID string
+	if err := conn.QueryRow(ctx, "SELECT run_id FROM pooltop_worker WHERE name = 'victim'").Scan(&runID); err != nil {
+		t.Fatal(err)
+	}
+	held := func() (n int) {
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM resource_pool WHERE status = 'PENDING' AND holder LIKE '%-' || $1", runID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	pgtest.Eventually(t, "the victim holds leases", 10*time.Second, func() bool { return held() > 0 })
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	victim.wait(t)
+	if n := held(); n == 0 {
+		t.Fatal("the killed process left no PENDING lease: SIGKILL must not release")
+	}
+	pgtest.Eventually(t, "the killed process shown gone", 10*time.Second, func() bool {
+		v := fleet()["victim"]
+		return v.State == collector.ProcessGone && !v.Alive && v.CyclesPS == 0
+	})
+	pgtest.Eventually(t, "the keeper's reaper brings the killed process's leases back", 15*time.Second, func() bool { return held() == 0 })
+
+	// SIGTERM drains: the keeper releases what it holds and says so.
+	if err := keeper.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := keeper.wait(t); code != 0 {
+		t.Fatalf("keeper: exit %d\n%s", code, keeper.stderr.String())
+	}
+	sum := decode[workSummary](t, keeper.stdout.String())
+	if sum.Held != 0 || sum.Committed == 0 || sum.Name != "keeper" {
+		t.Fatalf("keeper's summary after SIGTERM: %+v", sum)
+	}
+	var pending int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM resource_pool WHERE status = 'PENDING'").Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	if pending != 0 {
+		t.Fatalf("%d PENDING rows after the drain and the reaper", pending)
+	}
+	if k := fleet()["keeper"]; k.State != collector.ProcessStopped || k.Alive {
+		t.Fatalf("keeper after SIGTERM: %+v", k)
+	}
+	pooltop(t, "verify", "--dsn", dsn, "--schema", schema).must(t)
+}
+
+// TestWorkRefusals: work needs --dsn, never the environment; refuses a name
+// a live process holds; and a bad knob is named.
+func TestWorkRefusals(t *testing.T) {
+	t.Setenv("DATABASE_URL", pgtest.DSN())
+	refused(t, pooltop(t, "work"), exitUsage, "--dsn is required", "work without --dsn")
+	refused(t, pooltop(t, "work", "--dsn", pgtest.DSN(), "--heartbeat", "1ms"), exitUsage, "--heartbeat", "a bad heartbeat")
+	refused(t, pooltop(t, "work", "--dsn", pgtest.DSN(), "--ttl", "1ms"), exitUsage, "ttl", "a bad ttl")
+
+	schema := pgtest.MigratedSchema(t)
+	eng := engine.New(pgtest.Pool(t, schema, pgtest.Options{}))
+	live := engine.Process{Name: "taken", Host: "elsewhere", PID: 1, RunID: "r1", Workers: 1, Heartbeat: time.Minute}
+	if err := eng.Register(context.Background(), live); err != nil {
+		t.Fatal(err)
+	}
+	r := pooltop(t, "work", "--dsn", pgtest.DSN(), "--schema", schema, "--name", "taken", "--duration", "1s")
+	refused(t, r, exitError, `running under the name "taken"`, "a name a live process holds")
+}
+
+// refused checks that r failed with code and one line of stderr holding want.
+func refused(t *testing.T, r result, code int, want, what string) {
+	t.Helper()
+	if r.code != code || !strings.Contains(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("%s: exit %d, stderr %q; want exit %d and one line with %q", what, r.code, r.stderr, code, want)
+	}
+}

@@ -1,0 +1,32 @@
+package tui
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pooltop-dev/pooltop/collector"
+)
+
+// The fleet line sums the live processes and their cycles, names each gone
+// one with the leases it held at its last heartbeat, and counts the stopped.
+func TestFleetLine(t *testing.T) {
+	src := canned(false)
+	src.snap.Waiters, src.snap.Blockers = nil, nil
+	src.snap.Fleet = []collector.Process{
+		{Name: "api-1", State: collector.ProcessAlive, Alive: true, CyclesPS: 1200.4, Workers: 8},
+		{Name: "api-2", State: collector.ProcessAlive, Alive: true, CyclesPS: 800, Workers: 8},
+		{Name: "api-3", State: collector.ProcessGone, LastSeenS: 12, Held: 7},
+		{Name: "api-4", State: collector.ProcessStopped},
+	}
+	m := polled(t, src, nil, 120, 40)
+	view := ansiStrip(m.View())
+	for _, want := range []string{"fleet: 2 alive 2,000 cycles/s", "1 gone: api-3 12s ago, held 7", "1 stopped"} {
+		if !strings.Contains(view, want) {
+			t.Fatalf("no %q on the dashboard:\n%s", want, view)
+		}
+	}
+	src.snap.Fleet = nil
+	if view := ansiStrip(polled(t, src, nil, 120, 40).View()); strings.Contains(view, "fleet:") {
+		t.Fatal("a fleet line without a fleet")
+	}
+}
