@@ -50,8 +50,8 @@ type fleetSeen struct {
 }
 
 type fleetQuery struct {
-	got  []Process
-	raw  map[string]fleetSeen
+	got []Process
+	raw map[string]fleetSeen
 }
 
 func (f *fleetReader) plan(table string) *fleetQuery {
