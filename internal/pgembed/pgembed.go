@@ -215,6 +215,10 @@ type Server struct {
 
 	stopOnce sync.Once
 	stopErr  error
+
+	mu   sync.Mutex // serialises Restart and Stop
+	opts Options
+	cred *syscall.Credential
 }
 
 // DSN returns a connection URL for the created database, for pgx or any libpq
@@ -246,6 +250,8 @@ func (s *Server) StartupTime() time.Duration { return s.startup }
 // the one shutdown and returns its first error.
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		err := stopProcess(s.cmd, s.exited)
 		if rerr := os.RemoveAll(s.rootDir); rerr != nil && err == nil {
 			err = fmt.Errorf("pgembed: removing %s: %w", s.rootDir, rerr)
@@ -348,7 +354,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	var conn *pgx.Conn
 	for attempt := 1; ; attempt++ {
-		conn, err = s.startServer(ctx, opts, cred)
+		conn, err = s.startServer(ctx, opts, cred, 0)
 		if err == nil {
 			break
 		}
@@ -449,10 +455,14 @@ var errPortTaken = errors.New("port already in use")
 
 // startServer starts postgres on a free port and returns a connection to
 // its postgres database once it accepts connections.
-func (s *Server) startServer(ctx context.Context, opts Options, cred *syscall.Credential) (*pgx.Conn, error) {
-	port, err := pickPort()
-	if err != nil {
-		return nil, fmt.Errorf("pgembed: finding a free port: %w", err)
+func (s *Server) startServer(ctx context.Context, opts Options, cred *syscall.Credential, port int) (*pgx.Conn, error) {
+	s.opts, s.cred = opts, cred
+	if port == 0 {
+		p, err := pickPort()
+		if err != nil {
+			return nil, fmt.Errorf("pgembed: finding a free port: %w", err)
+		}
+		port = p
 	}
 	settings := make(map[string]string, len(defaultSettings)+len(opts.Settings)+3)
 	for k, v := range defaultSettings {
@@ -498,6 +508,43 @@ func (s *Server) startServer(ctx context.Context, opts Options, cred *syscall.Cr
 		return nil, err
 	}
 	return conn, nil
+}
+
+// Crash ends the server as a power cut or the OOM killer would, by an
+// immediate shutdown (SIGQUIT to the postmaster: no checkpoint, every
+// session cut, the next start runs crash recovery), then starts it again on
+// the same port and data directory and waits until it accepts connections.
+// Clients see their connections fail and reconnect. With
+// synchronous_commit on (Options.Settings) nothing acknowledged is lost: the
+// WAL is replayed; with the default (off) commits acknowledged in the last
+// wal_writer_delay may be. fsync off loses nothing here: the operating
+// system keeps what postgres wrote. ctx bounds the restart.
+func (s *Server) Crash(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.exited:
+		return errors.New("pgembed: the server is not running")
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-s.exited:
+	case <-time.After(immediateShutdownWait):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.exited
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, readyTimeout)
+		defer cancel()
+	}
+	conn, err := s.startServer(ctx, s.opts, s.cred, s.port)
+	if err != nil {
+		return fmt.Errorf("pgembed: restart after the crash: %w", err)
+	}
+	conn.Close(context.Background())
+	return nil
 }
 
 // startChild starts cmd from a fresh goroutine. The parent-death signal

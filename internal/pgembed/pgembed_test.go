@@ -555,3 +555,46 @@ func BenchmarkColdStart(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "startup-ms/op")
 }
+
+// Crash ends the server by an immediate shutdown and starts it again on
+// the same port: a session open before it is cut, a committed row survives
+// (crash recovery replays the WAL, with synchronous_commit on), a new session connects at the same DSN,
+// and Stop still removes everything.
+func TestCrashRestartsOnTheSamePort(t *testing.T) {
+	srv := startServer(t, pgembed.Options{Settings: map[string]string{"synchronous_commit": "on"}})
+	ctx := context.Background()
+	before, err := pgx.Connect(ctx, srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close(ctx)
+	if _, err := before.Exec(ctx, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)"); err != nil {
+		t.Fatal(err)
+	}
+	oldPID := postmasterPID(t, srv.DataDir())
+	if err := srv.Crash(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if newPID := postmasterPID(t, srv.DataDir()); newPID == oldPID || alive(oldPID) {
+		t.Fatalf("postmaster %d after the crash, %d before (alive: %v)", newPID, oldPID, alive(oldPID))
+	}
+	if _, err := before.Exec(ctx, "SELECT 1"); err == nil {
+		t.Fatal("a session from before the crash still works")
+	}
+	after, err := pgx.Connect(ctx, srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close(ctx)
+	var v int
+	if err := after.QueryRow(ctx, "SELECT v FROM kept").Scan(&v); err != nil || v != 42 {
+		t.Fatalf("the committed row after the crash: %d, %v", v, err)
+	}
+	dir := srv.DataDir()
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("%s left behind after Stop: %v", dir, err)
+	}
+}
