@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,12 +28,20 @@ type chaosOptions struct {
 	workers  int
 	crash    float64
 	pause    float64
+	faults   string
+	procs    int
+	every    time.Duration
 	// changed reports whether a flag was given: only those override the
 	// scenario's settings.
 	changed func(flag string) bool
 
-	sc workload.Scenario
+	sc   workload.Scenario
+	kind []workload.Fault // --faults
 }
+
+// workBinary is the pooltop binary chaos --faults runs its worker processes
+// from: this one (tests point it at a built binary).
+var workBinary = os.Executable
 
 func newChaosCmd(g *globals) *cobra.Command {
 	var names []string
@@ -61,6 +73,9 @@ func (o *chaosOptions) addFlags(c *cobra.Command, g *globals) {
 	f.IntVar(&o.workers, "workers", 0, "override the scenario's worker count")
 	f.Float64Var(&o.crash, "crash-rate", 0, "override the chance per cycle that a worker dies holding its leases")
 	f.Float64Var(&o.pause, "pause-rate", 0, "override the chance per cycle that a worker freezes past its lease")
+	f.StringVar(&o.faults, "faults", "", "real faults instead of the scenario's simulated ones: kill,terminate,restart (worker processes killed with SIGKILL, their sessions terminated, PostgreSQL restarted by an immediate shutdown); on the throwaway server only")
+	f.IntVar(&o.procs, "processes", 4, "with --faults: pooltop work processes in the fleet")
+	f.DurationVar(&o.every, "fault-every", 2*time.Second, "with --faults: mean time between faults")
 	o.changed = f.Changed
 	g.loadFlags(c, "print the summary as JSON")
 }
@@ -90,6 +105,31 @@ func (o *chaosOptions) validate(g *globals) error {
 	if err := checkScratch(g.schema, "chaos"); err != nil {
 		return err
 	}
+	if o.faults != "" {
+		kind, err := workload.ParseFaults(o.faults)
+		if err != nil {
+			return usageError{fmt.Errorf("--faults: %w", err)}
+		}
+		o.kind = kind
+		if g.dsn != "" {
+			return usageError{errors.New("--faults kills worker processes and restarts PostgreSQL: it runs only on the throwaway server; drop --dsn")}
+		}
+		if o.procs < 1 || o.procs > 64 {
+			return usageError{fmt.Errorf("--processes %d: between 1 and 64", o.procs)}
+		}
+		if o.every < 100*time.Millisecond || o.every > time.Hour {
+			return usageError{fmt.Errorf("--fault-every %v: between 100ms and 1h", o.every)}
+		}
+		if o.changed("crash-rate") || o.changed("pause-rate") {
+			return usageError{errors.New("--faults injects real faults: --crash-rate and --pause-rate are for the simulated ones; give one or the other")}
+		}
+	} else {
+		for _, flag := range []string{"processes", "fault-every"} {
+			if o.changed(flag) {
+				return usageError{fmt.Errorf("--%s goes with --faults", flag)}
+			}
+		}
+	}
 	if o.poolSize == 0 {
 		o.poolSize = sc.PoolSize
 	}
@@ -106,6 +146,9 @@ func (o *chaosOptions) validate(g *globals) error {
 }
 
 func (o *chaosOptions) run(ctx context.Context, g *globals) error {
+	if o.kind != nil {
+		return o.runFaults(ctx, g)
+	}
 	d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 16, write: true, migrate: true, load: true})
 	if err != nil {
 		return err
@@ -150,6 +193,68 @@ func printSummary(w io.Writer, s workload.Summary) error {
 	}
 	if s.OK() {
 		fmt.Fprintln(w, "ok: the scenario's invariants hold")
+	}
+	return nil
+}
+
+// runFaults runs a campaign of real faults on a fleet of pooltop work
+// processes on the throwaway server, then audits it.
+func (o *chaosOptions) runFaults(ctx context.Context, g *globals) error {
+	// A restart must lose nothing acknowledged: commits wait for their WAL.
+	d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 8, write: true, migrate: true, load: true,
+		settings: map[string]string{"synchronous_commit": "on"}})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := freshPool(ctx, d, o.poolSize); err != nil {
+		return err
+	}
+	bin, err := workBinary()
+	if err != nil {
+		return fmt.Errorf("find the pooltop binary for the worker processes: %w", err)
+	}
+	workers := 4
+	if o.changed("workers") {
+		workers = o.workers
+	}
+	c := &workload.Campaign{Faults: o.kind, Processes: o.procs, Duration: o.duration, Every: o.every, Seed: o.seed, Scenario: o.sc,
+		Pool: d.pool, Crash: d.embedded.Crash,
+		Spawn: func(name string) *exec.Cmd {
+			cmd := exec.Command(bin, "work", "--dsn", d.dsn, "--schema", g.schema, "--name", name, "--scenario", o.sc.Name,
+				"--workers", strconv.Itoa(workers), "--heartbeat", "250ms", "--no-reaper", "--json")
+			cmd.Env, cmd.Stdout, cmd.Stderr = workload.WorkEnv(), io.Discard, g.stderr
+			return cmd
+		},
+		Progress: func(s string) { fmt.Fprintf(g.stderr, "chaos: %s\n", s) },
+	}
+	fmt.Fprintf(g.stderr, "chaos: %s with %d processes of %d workers for %v on %d ids (seed %d)\n", o.faults, o.procs, workers, o.duration, o.poolSize, o.seed)
+	sum, err := c.Run(ctx)
+	if err != nil {
+		return err
+	}
+	if err := g.emit(sum, func(w io.Writer) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		var kinds []string
+		for _, f := range o.kind {
+			kinds = append(kinds, fmt.Sprintf("%s %d", f, sum.Faults[string(f)]))
+		}
+		fmt.Fprintf(tw, "faults\t%s\nprocesses started\t%d\ncommitted\t%d\nreclaimed\t%d\n", strings.Join(kinds, ", "), sum.Processes, sum.Committed, sum.Reclaimed)
+		fmt.Fprintf(tw, "max reclaim lag\t%.0f ms (bound %.0f ms)\nlongest restart\t%.1f s\nrecovered\t%v\n", sum.MaxReclaimLagMS, sum.ReclaimBoundMS, sum.DownS, sum.Recovered)
+		fmt.Fprintf(tw, "double effects\t%d\nstill pending\t%d\n", sum.Audit.DoubleFinalizations, sum.Audit.Pending)
+		_ = tw.Flush()
+		for _, v := range sum.Violations {
+			fmt.Fprintf(w, "VIOLATION: %s\n", v)
+		}
+		if sum.OK() {
+			fmt.Fprintln(w, "ok: at most one effect per id, every id back in the pool or consumed, every process recovered")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if !sum.OK() {
+		return violationError{fmt.Errorf("chaos --faults %s: %d invariant(s) violated: %s", o.faults, len(sum.Violations), strings.Join(sum.Violations, "; "))}
 	}
 	return nil
 }

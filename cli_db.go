@@ -75,6 +75,8 @@ type openOptions struct {
 	load bool
 	// rtt: a simulated network round trip on every exchange (bench --rtt).
 	rtt time.Duration
+	// settings for the embedded server, over its defaults.
+	settings map[string]string
 }
 
 // open connects to the named server, or starts the embedded one, migrates it
@@ -96,7 +98,7 @@ func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 		}
 	}()
 	if embedded {
-		srv, err := pgembed.Start(ctx, pgembed.Options{})
+		srv, err := pgembed.Start(ctx, pgembed.Options{Settings: o.settings})
 		if err != nil {
 			if errors.Is(err, pgembed.ErrNoBinaries) {
 				return nil, err

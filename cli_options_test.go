@@ -38,6 +38,7 @@ type optionsCase struct {
 func TestOptionsValidate(t *testing.T) {
 	bench := func() options { return &benchOptions{} }
 	chaos := func() options { return &chaosOptions{} }
+	work := func() options { return &workOptions{} }
 	benchDB := globals{schema: "pooltop_bench"}
 	chaosDB := globals{schema: "pooltop_chaos"}
 	watched := globals{dsn: "postgres://pooltop@127.0.0.1:1/pool", schema: "public"}
@@ -62,6 +63,20 @@ func TestOptionsValidate(t *testing.T) {
 		{"chaos duration too short", chaos, chaosDB, []string{"--duration", "1ms"}, "--duration"},
 		{"chaos duration too long", chaos, chaosDB, []string{"--duration", "48h"}, "--duration"},
 		{"chaos in a schema that is not a scratch one", chaos, globals{schema: "public"}, nil, "--schema"},
+		{"chaos real faults", chaos, chaosDB, []string{"--faults", "kill,terminate,restart", "--processes", "3"}, ""},
+		{"chaos unknown fault", chaos, chaosDB, []string{"--faults", "kill,flood"}, `fault "flood"`},
+		{"chaos real faults on a named server", chaos, globals{schema: "pooltop_chaos", dsn: "postgres://x@127.0.0.1:1/db"}, []string{"--faults", "kill"}, "--dsn"},
+		{"chaos real faults with simulated ones", chaos, chaosDB, []string{"--faults", "kill", "--crash-rate", "0.1"}, "--crash-rate"},
+		{"chaos processes without faults", chaos, chaosDB, []string{"--processes", "3"}, "--processes"},
+		{"chaos too many processes", chaos, chaosDB, []string{"--faults", "kill", "--processes", "100"}, "--processes"},
+		{"chaos faults too often", chaos, chaosDB, []string{"--faults", "kill", "--fault-every", "1ms"}, "--fault-every"},
+		{"work defaults", work, watched, nil, ""},
+		{"work without --dsn", work, globals{schema: "public"}, nil, "--dsn"},
+		{"work knobs", work, watched, []string{"--task", "400ms", "--ttl", "5s", "--batch", "10", "--crash-rate", "0.1"}, ""},
+		{"work bad ttl", work, watched, []string{"--ttl", "1ms"}, "ttl"},
+		{"work bad heartbeat", work, watched, []string{"--heartbeat", "1ms"}, "--heartbeat"},
+		{"work negative duration", work, watched, []string{"--duration", "-1s"}, "--duration"},
+		{"work empty name", work, watched, []string{"--name", ""}, "--name"},
 		{"chaos negative pool", chaos, chaosDB, []string{"--pool-size", "-1"}, "--pool-size"},
 		{"chaos pool too large", chaos, chaosDB, []string{"--pool-size", "999999999999"}, "--pool-size"},
 		{"chaos negative workers", chaos, chaosDB, []string{"--workers", "-5"}, "workers"},

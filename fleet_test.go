@@ -15,6 +15,7 @@ import (
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
+	"github.com/pooltop-dev/pooltop/workload"
 )
 
 var (
@@ -204,5 +205,37 @@ func refused(t *testing.T, r result, code int, want, what string) {
 	t.Helper()
 	if r.code != code || !strings.Contains(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
 		t.Fatalf("%s: exit %d, stderr %q; want exit %d and one line with %q", what, r.code, r.stderr, code, want)
+	}
+}
+
+// TestChaosWithRealFaults runs a short campaign of every real fault on a
+// fleet of three pooltop work processes on a throwaway server: processes
+// killed with SIGKILL mid-cycle, their sessions terminated, PostgreSQL
+// ended by an immediate shutdown and restarted. It must end with every
+// fault injected, every process cycling again after the last one, no id
+// finalized twice and none left PENDING.
+func TestChaosWithRealFaults(t *testing.T) {
+	bin := binary(t)
+	workBinary = func() (string, error) { return bin, nil }
+	t.Cleanup(func() { workBinary = os.Executable })
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	code := run(ctx, []string{"chaos", "--faults", "kill,terminate,restart", "--duration", "7s", "--fault-every", "1s",
+		"--processes", "3", "--pool-size", "50000", "--json"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	sum := decode[workload.FaultSummary](t, out.String())
+	for _, f := range workload.Faults {
+		if sum.Faults[string(f)] == 0 {
+			t.Errorf("no %s fault injected: %+v", f, sum.Faults)
+		}
+	}
+	if !sum.Recovered || sum.Committed == 0 || sum.Audit.DoubleFinalizations != 0 || sum.Audit.Pending != 0 || !sum.OK() {
+		t.Fatalf("after the campaign: %+v", sum)
+	}
+	if sum.Processes <= 3 {
+		t.Fatalf("a killed process is replaced: %d started", sum.Processes)
 	}
 }

@@ -1,6 +1,8 @@
 package workload
 
 import (
+	"errors"
+	"io"
 	"testing"
 	"time"
 )
@@ -42,5 +44,26 @@ func TestRecentLatencyForgets(t *testing.T) {
 		return tt.recent.TotalCount()
 	}(); n != 0 {
 		t.Fatalf("%d recent claims a minute later", n)
+	}
+}
+
+// A worker that cannot reach the server waits twice as long at each failed
+// claim, up to a second, with jitter; any other failure waits 10 ms and
+// starts the backoff over.
+func TestBackoffWhileTheServerIsAway(t *testing.T) {
+	wk := newWorker(&Workload{runID: "t"}, 1, 1)
+	want := 10 * time.Millisecond
+	for i := 0; i < 12; i++ {
+		d := wk.backoff(io.EOF)
+		if d < want/2 || d > want {
+			t.Fatalf("failure %d: waited %v, want between %v and %v", i+1, d, want/2, want)
+		}
+		want = min(2*want, time.Second)
+	}
+	if d := wk.backoff(errors.New("syntax")); d != 10*time.Millisecond {
+		t.Fatalf("another error: %v", d)
+	}
+	if d := wk.backoff(io.EOF); d > 10*time.Millisecond {
+		t.Fatalf("after a reset the backoff starts over: %v", d)
 	}
 }

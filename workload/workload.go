@@ -381,6 +381,23 @@ type worker struct {
 	stop    chan struct{}
 	once    sync.Once
 	held    atomic.Int64 // leases of the cycle in progress
+	// lostConn counts the claims in a row that failed for want of a
+	// connection: the server restarts, or the network is cut.
+	lostConn int
+}
+
+// backoff is how long a worker waits after a failed claim: 10 ms, or while
+// the server is unreachable twice as long at each failure up to a second,
+// with jitter, so that a fleet does not hammer a server coming back up.
+func (wk *worker) backoff(err error) time.Duration {
+	if classify(err) != ErrClassConn {
+		wk.lostConn = 0
+		return 10 * time.Millisecond
+	}
+	wk.lostConn++
+	d := 10 * time.Millisecond << min(wk.lostConn-1, 7)
+	d = min(d, time.Second)
+	return d/2 + time.Duration(wk.rng.Int64N(int64(d/2)+1))
 }
 
 func newWorker(w *Workload, n int, seed uint64) *worker {
@@ -457,9 +474,10 @@ func (wk *worker) cycle(ctx context.Context, n int) (crashed bool) {
 		return false
 	case err != nil:
 		s.fail(err)
-		wk.sleep(10 * time.Millisecond)
+		wk.sleep(wk.backoff(err))
 		return false
 	}
+	wk.lostConn = 0
 	s.add(cAcquireCalls, 1)
 	s.add(cAcquired, int64(len(leases)))
 	wk.held.Store(int64(len(leases)))

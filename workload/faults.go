@@ -1,0 +1,324 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pooltop-dev/pooltop/engine"
+)
+
+// Fault is a real fault a campaign injects into a fleet of `pooltop work`
+// processes and their server.
+type Fault string
+
+// The faults.
+const (
+	// FaultKill: SIGKILL of a worker process mid-cycle (leases held,
+	// commits in flight); a new process takes its place.
+	FaultKill Fault = "kill"
+	// FaultTerminate: pg_terminate_backend of some of the workers' sessions.
+	FaultTerminate Fault = "terminate"
+	// FaultRestart: PostgreSQL ended by an immediate shutdown and started
+	// again; the workers reconnect by themselves.
+	FaultRestart Fault = "restart"
+)
+
+// Faults are the faults a campaign knows, in the order help lists them.
+var Faults = []Fault{FaultKill, FaultTerminate, FaultRestart}
+
+// ParseFaults reads a comma-separated list of faults.
+func ParseFaults(s string) ([]Fault, error) {
+	var out []Fault
+	seen := map[Fault]bool{}
+	for _, part := range strings.Split(s, ",") {
+		f := Fault(strings.TrimSpace(part))
+		known := false
+		for _, k := range Faults {
+			known = known || f == k
+		}
+		if !known {
+			names := make([]string, len(Faults))
+			for i, k := range Faults {
+				names[i] = string(k)
+			}
+			return nil, fmt.Errorf("fault %q: choose among %s", f, strings.Join(names, ", "))
+		}
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// Campaign is a fault campaign: Processes `pooltop work` processes on one
+// pool for Duration, a fault every Every (on average) drawn from Faults.
+type Campaign struct {
+	Faults    []Fault
+	Processes int
+	Duration  time.Duration
+	Every     time.Duration
+	Seed      uint64
+	Scenario  Scenario
+	// Spawn prepares one `pooltop work` process named name, which must run
+	// without a reaper (the campaign runs one) and print its summary as
+	// JSON; the campaign starts and signals it.
+	Spawn func(name string) *exec.Cmd
+	// Crash ends the server by an immediate shutdown and starts it again
+	// (nil: FaultRestart cannot be injected).
+	Crash func(ctx context.Context) error
+	Pool  *pgxpool.Pool // the campaign's own connections: the reaper, terminate, the audit
+	// Progress, if not nil, gets a line per fault and per phase.
+	Progress func(string)
+}
+
+// FaultSummary is the outcome of a campaign. Field names are part of the
+// JSON contract (chaos --faults --json).
+type FaultSummary struct {
+	Faults          map[string]int     `json:"faults"` // injected, by kind
+	Processes       int                `json:"processes_started"`
+	DurationS       float64            `json:"duration_s"`
+	Committed       int64              `json:"committed"` // effects in the ledger
+	Reclaimed       int64              `json:"reclaimed"`
+	MaxReclaimLagMS float64            `json:"max_reclaim_lag_ms"`
+	ReclaimBoundMS  float64            `json:"reclaim_bound_ms"`
+	DownS           float64            `json:"server_down_s"` // the longest restart
+	Recovered       bool               `json:"recovered"`     // every live process cycled again after the last fault
+	Audit           engine.AuditReport `json:"audit"`
+	Violations      []string           `json:"violations"`
+}
+
+// OK reports whether the campaign found no violation.
+func (s FaultSummary) OK() bool { return len(s.Violations) == 0 }
+
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Run runs the campaign and audits the pool after it.
+func (c *Campaign) Run(ctx context.Context) (FaultSummary, error) {
+	sum := FaultSummary{Faults: map[string]int{}, Violations: []string{}}
+	for _, f := range c.Faults {
+		if f == FaultRestart && c.Crash == nil {
+			return sum, errors.New("the restart fault needs a server pooltop can restart: the throwaway one")
+		}
+	}
+	say := func(format string, args ...any) {
+		if c.Progress != nil {
+			c.Progress(fmt.Sprintf(format, args...))
+		}
+	}
+	cfg := c.Scenario.Config(c.Seed)
+	eng := engine.New(c.Pool)
+	reaper, err := eng.NewReaper(cfg.reaperConfig())
+	if err != nil {
+		return sum, err
+	}
+	rctx, stopReaper := context.WithCancel(ctx)
+	defer stopReaper()
+	reaper.Start(rctx)
+	defer reaper.Stop()
+
+	var kids []*child
+	n := 0
+	spawn := func() error {
+		n++
+		k := &child{name: fmt.Sprintf("chaos-%d", n), done: make(chan struct{})}
+		k.cmd = c.Spawn(k.name)
+		if err := k.cmd.Start(); err != nil {
+			return fmt.Errorf("start a worker process: %w", err)
+		}
+		go func() { _ = k.cmd.Wait(); close(k.done) }()
+		kids = append(kids, k)
+		return nil
+	}
+	defer func() { // whatever happens, no process is left behind
+		for _, k := range kids {
+			_ = k.cmd.Process.Kill()
+			<-k.done
+		}
+	}()
+	for range c.Processes {
+		if err := spawn(); err != nil {
+			return sum, err
+		}
+	}
+	sum.Processes = c.Processes
+	rng := mrand.New(mrand.NewPCG(c.Seed, 7))
+	start := time.Now()
+	deadline := start.Add(c.Duration)
+	turn := 0
+	for time.Now().Before(deadline) {
+		wait := time.Duration((0.5 + rng.Float64()) * float64(c.Every))
+		select {
+		case <-ctx.Done():
+			return sum, ctx.Err()
+		case <-time.After(min(wait, time.Until(deadline))):
+		}
+		if !time.Now().Before(deadline) {
+			break
+		}
+		// Each kind in turn, so that a short campaign has them all.
+		f := c.Faults[turn%len(c.Faults)]
+		turn++
+		switch f {
+		case FaultKill:
+			live := liveKids(kids)
+			if len(live) == 0 {
+				continue
+			}
+			k := live[rng.IntN(len(live))]
+			_ = k.cmd.Process.Signal(syscall.SIGKILL)
+			<-k.done
+			say("kill -9 %s (pid %d)", k.name, k.cmd.Process.Pid)
+			if err := spawn(); err != nil {
+				return sum, err
+			}
+			sum.Processes++
+		case FaultTerminate:
+			var cut int
+			err := c.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE application_name = 'pooltop-work' AND random() < 0.5`).Scan(&cut)
+			if err != nil {
+				say("terminate: %v", err)
+				continue
+			}
+			say("pg_terminate_backend of %d worker sessions", cut)
+		case FaultRestart:
+			t0 := time.Now()
+			if err := c.Crash(ctx); err != nil {
+				return sum, err
+			}
+			c.Pool.Reset() // the campaign's own connections died with the server
+			down := time.Since(t0).Seconds()
+			sum.DownS = max(sum.DownS, down)
+			say("PostgreSQL immediate shutdown and restart (%.1fs)", down)
+		}
+		sum.Faults[string(f)]++
+	}
+
+	// Every process still alive must cycle again after the last fault.
+	live := liveKids(kids)
+	cycles := func() (map[string]int64, error) {
+		rows, err := c.Pool.Query(ctx, `SELECT name, cycles FROM pooltop_worker WHERE stopped_at IS NULL`)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		m := map[string]int64{}
+		for rows.Next() {
+			var name string
+			var n int64
+			if err := rows.Scan(&name, &n); err != nil {
+				return nil, err
+			}
+			m[name] = n
+		}
+		return m, rows.Err()
+	}
+	before, err := cycles()
+	if err != nil {
+		return sum, fmt.Errorf("read the fleet: %w", err)
+	}
+	sum.Recovered = waitFor(ctx, 30*time.Second, func() bool {
+		now, err := cycles()
+		if err != nil {
+			return false
+		}
+		for _, k := range live {
+			if now[k.name] <= before[k.name] {
+				return false
+			}
+		}
+		return true
+	}) == nil
+	if !sum.Recovered {
+		sum.Violations = append(sum.Violations, "a worker process did not cycle again within 30s of the last fault")
+	}
+	// Drain the fleet, let the reaper bring back what the killed held.
+	say("draining %d processes", len(live))
+	for _, k := range live {
+		_ = k.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, k := range live {
+		select {
+		case <-k.done:
+			if code := k.cmd.ProcessState.ExitCode(); code != 0 {
+				sum.Violations = append(sum.Violations, fmt.Sprintf("%s exited %d after SIGTERM", k.name, code))
+			}
+		case <-time.After(30 * time.Second):
+			sum.Violations = append(sum.Violations, fmt.Sprintf("%s did not drain within 30s of SIGTERM", k.name))
+		}
+	}
+	catchUp := cfg.TTL + 2*cfg.ReaperInterval + cfg.ReaperGrace
+	select {
+	case <-ctx.Done():
+		return sum, ctx.Err()
+	case <-time.After(catchUp):
+	}
+	if _, err := reaper.RunOnce(ctx); err != nil {
+		return sum, fmt.Errorf("reap after the campaign: %w", err)
+	}
+	reaper.Stop()
+	audit, err := eng.Audit(ctx, 0)
+	if err != nil {
+		return sum, fmt.Errorf("audit: %w", err)
+	}
+	rs := reaper.Stats()
+	sum.DurationS = time.Since(start).Seconds()
+	sum.Audit, sum.Committed, sum.Reclaimed, sum.MaxReclaimLagMS = audit, audit.Effects, rs.Reclaimed, ms(rs.MaxLag)
+	// As for Chaos, plus the longest time the server was away: a lease that
+	// expired while it was down waits for it.
+	sum.ReclaimBoundMS = ms(cfg.ReaperGrace + cfg.ReaperInterval + 2*rs.MaxBatch + 100*time.Millisecond + cfg.ReaperInterval/5 +
+		time.Duration(sum.DownS*float64(time.Second)) + time.Second)
+	for _, f := range audit.Findings {
+		sum.Violations = append(sum.Violations, f.Text)
+	}
+	if audit.Pending > 0 {
+		sum.Violations = append(sum.Violations, fmt.Sprintf("%d ids still PENDING after the drain and the reaper: lost", audit.Pending))
+	}
+	if rs.Reclaimed > 0 && sum.MaxReclaimLagMS > sum.ReclaimBoundMS {
+		sum.Violations = append(sum.Violations, fmt.Sprintf("a lease waited %.0f ms past expiry for the reaper (bound %.0f ms)", sum.MaxReclaimLagMS, sum.ReclaimBoundMS))
+	}
+	sort.Strings(sum.Violations)
+	return sum, nil
+}
+
+// liveKids are the processes that have not exited.
+func liveKids(kids []*child) []*child {
+	var out []*child
+	for _, k := range kids {
+		select {
+		case <-k.done:
+		default:
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// WorkEnv is the environment for a worker process: the caller's, without
+// the variables that name a server.
+func WorkEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "DATABASE_URL" || strings.HasPrefix(k, "PG") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
