@@ -42,6 +42,25 @@ RETURNING id, resource_id, lease_token, created_at, request_id`
 // (ErrStaleToken, ErrLeaseLost, ErrRequestConflict) while the others are
 // committed. The returned error is for the call as a whole.
 func (e *Engine) LeaseCommitBatch(ctx context.Context, holder string, items []CommitItem) ([]CommitResult, []error, error) {
+	var ops []*HistoryOp
+	if e.history.Load() != nil {
+		for _, it := range items {
+			ops = append(ops, e.begin("commit", it.ID, it.Token, holder, it.RequestID))
+		}
+	}
+	results, errs, err := e.commitBatch(ctx, holder, items)
+	for i, op := range ops {
+		switch {
+		case err != nil:
+			e.end(op, 0, err)
+		default:
+			e.end(op, 0, errs[i])
+		}
+	}
+	return results, errs, err
+}
+
+func (e *Engine) commitBatch(ctx context.Context, holder string, items []CommitItem) ([]CommitResult, []error, error) {
 	if len(items) == 0 || len(items) > MaxBatch {
 		return nil, nil, invalid("batch of %d: commit between 1 and %d effects at a time", len(items), MaxBatch)
 	}
@@ -89,7 +108,7 @@ func (e *Engine) LeaseCommitBatch(ctx context.Context, holder string, items []Co
 		// Another session committed one of these request ids at the same
 		// moment; the statement changed nothing. Commit one by one.
 		for i, it := range items {
-			results[i], errs[i] = e.LeaseCommit(ctx, &LeaseCommitParams{ID: it.ID, Token: it.Token, Holder: holder, RequestID: it.RequestID, Payload: it.Payload})
+			results[i], errs[i] = e.commit(ctx, &LeaseCommitParams{ID: it.ID, Token: it.Token, Holder: holder, RequestID: it.RequestID, Payload: it.Payload})
 		}
 		return results, errs, nil
 	}

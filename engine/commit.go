@@ -76,6 +76,13 @@ FROM business_ledger WHERE request_id = $1`
 // a committed request_id returns the original result; reusing it for another
 // id or payload fails with ErrRequestConflict.
 func (e *Engine) LeaseCommit(ctx context.Context, p *LeaseCommitParams) (CommitResult, error) {
+	op := e.begin("commit", p.ID, p.Token, p.Holder, p.RequestID)
+	res, err := e.commit(ctx, p)
+	e.end(op, 0, err)
+	return res, err
+}
+
+func (e *Engine) commit(ctx context.Context, p *LeaseCommitParams) (CommitResult, error) {
 	if err := checkLeaseRef(p.ID, p.Token); err != nil {
 		return CommitResult{}, err
 	}

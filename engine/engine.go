@@ -50,8 +50,9 @@ const MaxBatch = 10000
 // Engine runs lease operations on one pool. It is safe for concurrent use;
 // give it a pool sized for the workers that share it.
 type Engine struct {
-	db    TxBeginner
-	stats counters
+	db      TxBeginner
+	stats   counters
+	history atomic.Pointer[History] // nil: nothing is recorded
 }
 
 // New returns an engine over db (normally a *pgxpool.Pool whose search_path

@@ -98,6 +98,19 @@ const optimisticAttempts = 16
 // leases, each with a token one higher than the row had. It returns
 // ErrPoolEmpty when nothing could be claimed.
 func (e *Engine) LeaseAcquire(ctx context.Context, p *LeaseAcquireParams) ([]Lease, error) {
+	op := e.begin("acquire", 0, 0, p.Holder, "")
+	leases, err := e.acquire(ctx, p)
+	if op != nil && err == nil {
+		for _, l := range leases {
+			one := *op
+			one.ID = l.ID
+			e.end(&one, l.Token, nil)
+		}
+	}
+	return leases, err
+}
+
+func (e *Engine) acquire(ctx context.Context, p *LeaseAcquireParams) ([]Lease, error) {
 	if p.N <= 0 || p.N > MaxBatch {
 		return nil, invalid("n %d: claim between 1 and %d ids at a time", p.N, MaxBatch)
 	}
@@ -278,7 +291,10 @@ func (e *Engine) LeaseRelease(ctx context.Context, p *LeaseReleaseParams) (Lease
 	if err := checkLeaseRef(p.ID, p.Token); err != nil {
 		return Lease{}, err
 	}
-	return e.casLease(ctx, "release", p.ID, p.Token, sqlRelease, p.ID, p.Token)
+	op := e.begin("release", p.ID, p.Token, "", "")
+	l, err := e.casLease(ctx, "release", p.ID, p.Token, sqlRelease, p.ID, p.Token)
+	e.end(op, l.Token, err)
+	return l, err
 }
 
 // LeaseTransferParams are the inputs of LeaseTransfer.
@@ -316,7 +332,10 @@ func (e *Engine) LeaseTransfer(ctx context.Context, p *LeaseTransferParams) (Lea
 		}
 		ttl = durationMicros(p.TTL)
 	}
-	return e.casLease(ctx, "transfer", p.ID, p.Token, sqlTransfer, p.ID, p.Token, p.To, ttl)
+	op := e.begin("transfer", p.ID, p.Token, p.To, "")
+	l, err := e.casLease(ctx, "transfer", p.ID, p.Token, sqlTransfer, p.ID, p.Token, p.To, ttl)
+	e.end(op, l.Token, err)
+	return l, err
 }
 
 func (e *Engine) casLease(ctx context.Context, op string, id, token int64, sql string, args ...any) (Lease, error) {

@@ -54,6 +54,19 @@ RETURNING r.id, CASE WHEN isfinite(expired.leased_until)
 
 // LeaseReap reclaims up to Batch expired leases in one short statement.
 func (e *Engine) LeaseReap(ctx context.Context, p *LeaseReapParams) (ReapResult, error) {
+	op := e.begin("reap", 0, 0, "", "")
+	res, err := e.reap(ctx, p)
+	if op != nil && err == nil {
+		for _, id := range res.IDs {
+			one := *op
+			one.ID = id
+			e.end(&one, 0, nil)
+		}
+	}
+	return res, err
+}
+
+func (e *Engine) reap(ctx context.Context, p *LeaseReapParams) (ReapResult, error) {
 	if p.Batch <= 0 || p.Batch > MaxBatch {
 		return ReapResult{}, invalid("batch %d: reap between 1 and %d rows per statement", p.Batch, MaxBatch)
 	}

@@ -136,6 +136,9 @@ type Summary struct {
 	// Expected lists the failures the scenario exists to show, as found.
 	Expected []string           `json:"expected_failures"`
 	Audit    engine.AuditReport `json:"audit"`
+	// History is the check of every operation of the run against the lease
+	// register (CheckHistory).
+	History *HistoryCheck `json:"history,omitempty"`
 }
 
 // OK reports whether the scenario's expected invariants held.
@@ -165,6 +168,9 @@ func Chaos(ctx context.Context, eng *engine.Engine, sc Scenario, d time.Duration
 	if err != nil {
 		return Summary{}, err
 	}
+	hist := engine.NewHistory(nil)
+	eng.Record(hist)
+	defer eng.Record(nil)
 	start := time.Now()
 	wl.Start(ctx)
 	defer wl.Stop()
@@ -243,6 +249,12 @@ run:
 		return s, fmt.Errorf("%w: %d worker statements lost their connection and %d reaper passes failed (last: %v): run the scenario again on a server that stays up",
 			ErrOutage, conn, rs.Errors, rs.LastError)
 	}
+	eng.Record(nil)
+	hc, err := CheckHistory(ctx, eng, hist.Ops())
+	if err != nil {
+		return Summary{}, outage(err)
+	}
+	s.History = &hc
 	s.judge(sc, audit)
 	return s, nil
 }
@@ -267,6 +279,16 @@ func (s *Summary) judge(sc Scenario, audit engine.AuditReport) {
 			s.Expected = append(s.Expected, msg)
 		} else {
 			s.Violations = append(s.Violations, msg)
+		}
+	}
+	if h := s.History; h != nil {
+		switch v := h.violation(); {
+		case v != "" && sc.Shows == "double_finalizations":
+			s.Expected = append(s.Expected, v)
+		case v != "":
+			s.Violations = append(s.Violations, v)
+		case sc.Shows == "double_finalizations" && s.DoubleFinalizations > 0:
+			s.Violations = append(s.Violations, "the history check found nothing wrong with a run that finalized ids twice")
 		}
 	}
 	if s.Reclaimed > 0 && s.MaxReclaimLagMS > s.ReclaimBoundMS {

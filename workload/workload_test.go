@@ -188,12 +188,22 @@ func TestChaosPauseWithFencingRejectsZombies(t *testing.T) {
 	if !s.OK() || s.Pauses == 0 || s.FencedRejections == 0 || s.DoubleFinalizations != 0 {
 		t.Fatalf("pause-with-fencing: %+v", s)
 	}
+	// Every acquire, commit, release and reap of the run, checked against
+	// the lease register: with the fence, some order explains every id.
+	if h := s.History; h == nil || !h.Linearizable || h.Ops < int(s.Committed) || h.IDs == 0 {
+		t.Fatalf("pause-with-fencing: history %+v", s.History)
+	}
 }
 
 func TestChaosPauseNoFencingDoubleFinalizes(t *testing.T) {
 	s := chaos(t, "pause-no-fencing", 5*time.Second)
 	if !s.OK() || s.DoubleFinalizations == 0 || len(s.Expected) == 0 {
 		t.Fatalf("pause-no-fencing: %+v", s)
+	}
+	// Without the fence, zombies commit stale tokens: the history check
+	// must name those ids.
+	if h := s.History; h == nil || h.Linearizable || len(h.Bad) == 0 {
+		t.Fatalf("pause-no-fencing: the history check passed a run with %d double finalizations: %+v", s.DoubleFinalizations, s.History)
 	}
 }
 
