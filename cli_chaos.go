@@ -220,9 +220,9 @@ func (o *chaosOptions) runFaults(ctx context.Context, g *globals) error {
 	}
 	c := &workload.Campaign{Faults: o.kind, Processes: o.procs, Duration: o.duration, Every: o.every, Seed: o.seed, Scenario: o.sc,
 		Pool: d.pool, Crash: d.embedded.Crash,
-		Spawn: func(name string) *exec.Cmd {
+		Spawn: func(name, history string) *exec.Cmd {
 			cmd := exec.Command(bin, "work", "--dsn", d.dsn, "--schema", g.schema, "--name", name, "--scenario", o.sc.Name,
-				"--workers", strconv.Itoa(workers), "--heartbeat", "250ms", "--no-reaper", "--json")
+				"--workers", strconv.Itoa(workers), "--heartbeat", "250ms", "--no-reaper", "--json", "--history", history)
 			cmd.Env, cmd.Stdout, cmd.Stderr = workload.WorkEnv(), io.Discard, g.stderr
 			return cmd
 		},
@@ -242,6 +242,7 @@ func (o *chaosOptions) runFaults(ctx context.Context, g *globals) error {
 		fmt.Fprintf(tw, "faults\t%s\nprocesses started\t%d\ncommitted\t%d\nreclaimed\t%d\n", strings.Join(kinds, ", "), sum.Processes, sum.Committed, sum.Reclaimed)
 		fmt.Fprintf(tw, "max reclaim lag\t%.0f ms (bound %.0f ms)\nlongest restart\t%.1f s\nrecovered\t%v\n", sum.MaxReclaimLagMS, sum.ReclaimBoundMS, sum.DownS, sum.Recovered)
 		fmt.Fprintf(tw, "double effects\t%d\nstill pending\t%d\n", sum.Audit.DoubleFinalizations, sum.Audit.Pending)
+		fmt.Fprintf(tw, "history\t%d operations on %d ids, %d unanswered: linearizable %v\n", sum.History.Ops, sum.History.IDs, sum.History.Unknown, sum.History.Linearizable)
 		_ = tw.Flush()
 		for _, v := range sum.Violations {
 			fmt.Fprintf(w, "VIOLATION: %s\n", v)

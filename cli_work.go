@@ -24,6 +24,7 @@ type workOptions struct {
 	heartbeat time.Duration
 	maxConns  int
 	noReaper  bool
+	history   string
 	knobs     workload.Config // the knobs given as flags
 	changed   func(flag string) bool
 
@@ -59,6 +60,7 @@ func (o *workOptions) addFlags(c *cobra.Command, g *globals) {
 	f.DurationVar(&o.heartbeat, "heartbeat", time.Second, "time between heartbeats (0.1s to 1m)")
 	f.IntVar(&o.maxConns, "max-conns", 0, "connections the workers share (default: workers + 2, at most 64)")
 	f.BoolVar(&o.noReaper, "no-reaper", false, "run no reaper in this process (another process or pooltop lease reap does it)")
+	f.StringVar(&o.history, "history", "", "write every operation with its outcome to this file as NDJSON, for the history check of chaos --faults")
 	k := &o.knobs
 	f.DurationVar(&k.Task, "task", 0, "override the scenario's mean task time (the work done under a lease)")
 	f.DurationVar(&k.TTL, "ttl", 0, "override the scenario's lease length")
@@ -137,6 +139,16 @@ func (o *workOptions) run(ctx context.Context, g *globals) error {
 	wl, err := workload.New(d.eng, o.cfg)
 	if err != nil {
 		return usageError{err}
+	}
+	if o.history != "" {
+		// Written as each operation happens, unbuffered: a process killed
+		// in the middle of a commit leaves the call behind.
+		f, err := os.OpenFile(o.history, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			return fmt.Errorf("--history: %w", err)
+		}
+		defer f.Close()
+		d.eng.Record(engine.NewHistory(f))
 	}
 	host, _ := os.Hostname()
 	p := engine.Process{Name: o.name, Host: host, PID: os.Getpid(), RunID: wl.RunID(), Workers: o.cfg.Workers, Heartbeat: o.heartbeat}

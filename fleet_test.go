@@ -235,6 +235,9 @@ func TestChaosWithRealFaults(t *testing.T) {
 	if !sum.Recovered || sum.Committed == 0 || sum.Audit.DoubleFinalizations != 0 || sum.Audit.Pending != 0 || !sum.OK() {
 		t.Fatalf("after the campaign: %+v", sum)
 	}
+	if h := sum.History; !h.Linearizable || h.Ops < int(sum.Committed) || h.IDs == 0 {
+		t.Fatalf("the history check after the campaign: %+v", h)
+	}
 	if sum.Processes <= 3 {
 		t.Fatalf("a killed process is replaced: %d started", sum.Processes)
 	}

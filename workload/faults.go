@@ -7,6 +7,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -71,9 +72,9 @@ type Campaign struct {
 	Seed      uint64
 	Scenario  Scenario
 	// Spawn prepares one `pooltop work` process named name, which must run
-	// without a reaper (the campaign runs one) and print its summary as
-	// JSON; the campaign starts and signals it.
-	Spawn func(name string) *exec.Cmd
+	// without a reaper (the campaign runs one) and write its history to
+	// history; the campaign starts and signals it.
+	Spawn func(name, history string) *exec.Cmd
 	// Crash ends the server by an immediate shutdown and starts it again
 	// (nil: FaultRestart cannot be injected).
 	Crash func(ctx context.Context) error
@@ -95,6 +96,7 @@ type FaultSummary struct {
 	DownS           float64            `json:"server_down_s"` // the longest restart
 	Recovered       bool               `json:"recovered"`     // every live process cycled again after the last fault
 	Audit           engine.AuditReport `json:"audit"`
+	History         HistoryCheck       `json:"history"`
 	Violations      []string           `json:"violations"`
 }
 
@@ -102,7 +104,8 @@ type FaultSummary struct {
 func (s FaultSummary) OK() bool { return len(s.Violations) == 0 }
 
 type child struct {
-	name string
+	name    string
+	history string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -122,6 +125,13 @@ func (c *Campaign) Run(ctx context.Context) (FaultSummary, error) {
 	}
 	cfg := c.Scenario.Config(c.Seed)
 	eng := engine.New(c.Pool)
+	hist := engine.NewHistory(nil) // the reaper's
+	eng.Record(hist)
+	dir, err := os.MkdirTemp("", "pooltop-history-")
+	if err != nil {
+		return sum, err
+	}
+	defer os.RemoveAll(dir)
 	reaper, err := eng.NewReaper(cfg.reaperConfig())
 	if err != nil {
 		return sum, err
@@ -136,7 +146,8 @@ func (c *Campaign) Run(ctx context.Context) (FaultSummary, error) {
 	spawn := func() error {
 		n++
 		k := &child{name: fmt.Sprintf("chaos-%d", n), done: make(chan struct{})}
-		k.cmd = c.Spawn(k.name)
+		k.history = filepath.Join(dir, k.name+".ndjson")
+		k.cmd = c.Spawn(k.name, k.history)
 		if err := k.cmd.Start(); err != nil {
 			return fmt.Errorf("start a worker process: %w", err)
 		}
@@ -285,6 +296,22 @@ WHERE application_name = 'pooltop-work' AND random() < 0.5`).Scan(&cut)
 		time.Duration(sum.DownS*float64(time.Second)) + time.Second)
 	for _, f := range audit.Findings {
 		sum.Violations = append(sum.Violations, f.Text)
+	}
+	// The history of every process, and of the reaper, against the model.
+	eng.Record(nil)
+	ops := hist.Ops()
+	for _, k := range kids {
+		h, err := ReadHistoryFile(k.history)
+		if err != nil {
+			return sum, fmt.Errorf("read the history of %s: %w", k.name, err)
+		}
+		ops = append(ops, h...)
+	}
+	if sum.History, err = CheckHistory(ctx, eng, ops); err != nil {
+		return sum, err
+	}
+	if v := sum.History.violation(); v != "" {
+		sum.Violations = append(sum.Violations, v)
 	}
 	if audit.Pending > 0 {
 		sum.Violations = append(sum.Violations, fmt.Sprintf("%d ids still PENDING after the drain and the reaper: lost", audit.Pending))
