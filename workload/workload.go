@@ -120,7 +120,19 @@ func (w *Workload) supervise(ctx context.Context) {
 				wk.quit()
 			}
 			w.mu.Unlock()
-			w.wg.Wait()
+			// Running and leaving workers together may outnumber what
+			// exited holds (a fleet shrunk, then grown, then stopped):
+			// keep taking their reports while they end.
+			ended := make(chan struct{})
+			go func() { w.wg.Wait(); close(ended) }()
+			for waiting := true; waiting; {
+				select {
+				case wk := <-w.exited:
+					w.retire(wk)
+				case <-ended:
+					waiting = false
+				}
+			}
 			w.drainExited()
 			w.reaper.Stop()
 			return

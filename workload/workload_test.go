@@ -2,6 +2,7 @@ package workload_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -239,6 +240,54 @@ func TestWorkloadStartStopRestart(t *testing.T) {
 	}
 	if a := b.audit(t); len(a.Violations) != 0 {
 		t.Fatalf("violations after restarts: %v", a.Violations)
+	}
+}
+
+// A fleet shrunk and grown again faster than its workers leave, then
+// stopped: more workers end than the exit reports channel holds (running
+// and leaving together exceed MaxWorkers), and Stop must still return with
+// every worker gone and the pool audited clean.
+func TestResizeThenStopWithMoreLeavingThanRunning(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 1000, pgtest.Options{MaxConns: 40})
+	b := &bundle{ctx: ctx, eng: db.Engine}
+	// A peer holds the first rows: blocking claims wait behind it (up to
+	// the lock timeout), and the connections they hold keep the others
+	// waiting for one, so that leaving workers leave slowly.
+	peer := pgtest.PeerTx(t, ctx, db.Schema)
+	if _, err := peer.Exec(ctx, "SELECT id FROM resource_pool ORDER BY id LIMIT 10 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := workload.Defaults()
+	cfg.Workers, cfg.Task, cfg.Strategy = workload.MaxWorkers, 0, engine.Blocking
+	wl := b.newWorkload(t, cfg)
+	wl.Start(b.ctx)
+	pgtest.Eventually(t, "the fleet up", 30*time.Second, func() bool { return wl.Snapshot().Workers == workload.MaxWorkers })
+	for _, n := range []int{0, workload.MaxWorkers} {
+		cfg.Workers = n
+		if err := wl.SetConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+		pgtest.Eventually(t, fmt.Sprintf("%d workers running", n), 30*time.Second, func() bool { return wl.Snapshot().Workers == n })
+	}
+	pgtest.Eventually(t, "more workers running and leaving than MaxWorkers", 30*time.Second, func() bool {
+		s := wl.Snapshot()
+		return s.Workers+s.Stopping > workload.MaxWorkers
+	})
+	stopped := make(chan struct{})
+	go func() { wl.Stop(); close(stopped) }()
+	if err := peer.Rollback(ctx); err != nil { // the waits end: every worker reports its exit at once
+		t.Fatal(err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("Stop did not return: workers blocked reporting their exit (%+v)", wl.Snapshot())
+	}
+	if s := wl.Snapshot(); s.Workers != 0 || s.Stopping != 0 {
+		t.Fatalf("after Stop: %d running, %d leaving", s.Workers, s.Stopping)
+	}
+	if a := b.audit(t); len(a.Violations) != 0 {
+		t.Fatalf("violations: %v", a.Violations)
 	}
 }
 
