@@ -267,10 +267,15 @@ func TestScenarioNames(t *testing.T) {
 	if _, err := workload.ScenarioByName("nope"); err == nil {
 		t.Fatal("unknown scenario accepted")
 	}
+	keys := map[string]string{}
 	for _, sc := range workload.Scenarios {
 		if err := sc.Config(1).Validate(); err != nil {
 			t.Errorf("%s: %v", sc.Name, err)
 		}
+		if other, dup := keys[sc.Key]; sc.Key == "" || dup {
+			t.Errorf("%s: key %q (also %s)", sc.Name, sc.Key, other)
+		}
+		keys[sc.Key] = sc.Name
 	}
 }
 
