@@ -54,7 +54,7 @@ func onOff(b bool) string {
 	return "OFF"
 }
 
-// knobRows are the knobs panel's lines. The knobs of the later stories
+// knobRows are the knobs panel's lines. The knobs of the shifted-digit stories
 // (request ids, clock skew, autovacuum, ack loss, transfers) take a line
 // only when set away from a healthy fleet's, or when story, the preset in
 // force, sets them: the panel fits 80×24.

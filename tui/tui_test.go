@@ -690,7 +690,7 @@ func TestSessionsOrderAndFilter(t *testing.T) {
 	}
 }
 
-// The later stories play from the shifted digits, each with its banner and
+// The stories of the shifted digits play from them, each with its banner and
 // the knob row of its story; F, i, u and z/Z turn their knobs.
 func TestLaterStoryKeys(t *testing.T) {
 	kn := &fakeKnobs{cfg: workload.Defaults()}

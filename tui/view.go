@@ -262,7 +262,7 @@ var chartOrder = map[workload.Proof][]string{
 	workload.ProofLockWait:  {chLockWait, chThroughput, chLatency, chLeaked, chBurn, chDead, chFenced, chConflicts, chTrouble},
 	workload.ProofConflicts: {chConflicts, chThroughput, chLatency, chTrouble, chLockWait, chBurn, chLeaked, chDead, chFenced},
 	workload.ProofDrain:     {chBurn, chTrouble, chThroughput, chLatency, chLeaked, chLockWait, chDead, chFenced, chConflicts},
-	// The later stories.
+	// The stories of the shifted digits.
 	workload.ProofInApp:        {chFenced, chLeaked, chThroughput, chLatency, chBurn, chTrouble, chLockWait, chDead, chConflicts},
 	workload.ProofPastExpiry:   {chFenced, chTrouble, chThroughput, chLeaked, chLatency, chBurn, chLockWait, chDead, chConflicts},
 	workload.ProofTransfer:     {chFenced, chThroughput, chLatency, chLeaked, chBurn, chTrouble, chLockWait, chDead, chConflicts},
@@ -413,7 +413,7 @@ func (m Model) proofText() (long, short string) {
 		return "double finalizations " + n(w.DoubleFinalizations) + " · " + mode, "double " + n(w.DoubleFinalizations) + " · " + mode
 	case workload.ProofPastExpiry:
 		return "past DB expiry " + n(w.PastExpiry) + " · fenced " + n(w.FencedRejections) + " · skew " + m.cfg.ClockSkew.String(),
-			"past expiry " + n(w.PastExpiry)
+			"past expiry " + n(w.PastExpiry) + " · fenced " + n(w.FencedRejections)
 	case workload.ProofTransfer:
 		return "transferred " + n(w.Transferred) + " · old holders fenced " + n(w.OldHolderRejections) + " · double " + n(w.DoubleFinalizations),
 			"transferred " + n(w.Transferred) + " · fenced " + n(w.OldHolderRejections)

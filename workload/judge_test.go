@@ -29,7 +29,7 @@ func TestChaosVerdictReadsKindsNotWords(t *testing.T) {
 	}
 }
 
-// A later story that does not show what it exists to show is a violation,
+// A story of the shifted digits that does not show what it exists to show is a violation,
 // and so is one that shows a failure it must not.
 func TestChaosVerdictOfTheLaterStories(t *testing.T) {
 	for _, c := range []struct {

@@ -17,7 +17,7 @@ import (
 type Scenario struct {
 	Name string
 	// Key is the dashboard key that plays it: 1-8, then the shifted digits
-	// ! @ # $ % ^ & for the stories that came later.
+	// ! @ # $ % ^ & (shift+1…7) for the stories of a lease's edges.
 	Key      string
 	About    string
 	PoolSize int // ids the pool starts with
@@ -49,7 +49,7 @@ const (
 	ProofLockWait  Proof = "lock_wait" // sessions waiting on row locks
 	ProofConflicts Proof = "conflicts" // optimistic version checks lost
 	ProofDrain     Proof = "drain"     // the time until the pool is empty
-	// The later stories.
+	// The stories of a lease's edges: where the fence is, whose clock, transfers, retries, lease length, vacuum.
 	ProofInApp        Proof = "in_app"        // double finalizations with the fence checked in the application
 	ProofPastExpiry   Proof = "past_expiry"   // work committed after the database's expiry, by a slow local clock
 	ProofTransfer     Proof = "transfer"      // leases transferred, old holders' late commits fenced
@@ -196,7 +196,7 @@ type Summary struct {
 	EmptyPool           int64   `json:"empty_pool"`
 	Conflicts           int64   `json:"conflicts"`
 	Errors              int64   `json:"errors"`
-	// The later stories' figures.
+	// The figures of the stories of a lease's edges.
 	LeasesLost          int64   `json:"leases_lost"`
 	Transferred         int64   `json:"transferred,omitempty"`
 	OldHolderRejections int64   `json:"old_holder_rejections,omitempty"`
@@ -400,7 +400,7 @@ func (s *Summary) judge(sc Scenario, cfg Config, audit engine.AuditReport) {
 	sort.Strings(s.Expected)
 }
 
-// judgeStory checks that the later stories showed what they exist to show,
+// judgeStory checks that the stories of a lease's edges showed what they exist to show,
 // each by its own figure.
 func (s *Summary) judgeStory(sc Scenario, cfg Config) {
 	fail := func(format string, args ...any) { s.Violations = append(s.Violations, fmt.Sprintf(format, args...)) }

@@ -200,7 +200,7 @@ func TestChaosPauseNoFencingDoubleFinalizes(t *testing.T) {
 	}
 }
 
-// The later stories, each run briefly and judged by its own figure.
+// The stories of the shifted digits, each run briefly and judged by its own figure.
 
 func TestChaosFenceInAppDoubleFinalizes(t *testing.T) {
 	s := chaos(t, "fence-in-app", 5*time.Second)
