@@ -57,7 +57,7 @@ func onOff(b bool) string {
 // knobRows are the knobs panel's lines. The knobs of the shifted-digit stories
 // (request ids, clock skew, autovacuum, ack loss, transfers) take a line
 // only when set away from a healthy fleet's, or when story, the preset in
-// force, sets them: the panel fits 80×24.
+// force, sets them.
 func knobRows(c workload.Config, story *workload.Config) []knobRow {
 	rate := "unlimited"
 	if c.Rate > 0 {
@@ -95,6 +95,7 @@ func knobRows(c workload.Config, story *workload.Config) []knobRow {
 	if !c.StableRequestID {
 		ids = "FRESH"
 	}
+	var extra []knobRow
 	for _, r := range []struct {
 		row knobRow
 		f   func(workload.Config) any
@@ -106,10 +107,12 @@ func knobRows(c workload.Config, story *workload.Config) []knobRow {
 		{knobRow{"u", "autovac", onOff(c.Autovacuum)}, func(c workload.Config) any { return c.Autovacuum }},
 	} {
 		if shown(r.f) {
-			rows = append(rows, r.row)
+			extra = append(extra, r.row)
 		}
 	}
-	return rows
+	// Under the fencing line, so that they stay on a small screen, which
+	// cuts the panel from the bottom.
+	return append(rows[:4:4], append(extra, rows[4:]...)...)
 }
 
 // refillLevel is one setting of the producer.
