@@ -492,12 +492,19 @@ func TestTitlesKeepTheirFigures(t *testing.T) {
 
 // ? names the scenarios behind the number keys.
 func TestHelpNamesTheScenarios(t *testing.T) {
-	m := polled(t, canned(true), &fakeKnobs{cfg: workload.Defaults()}, 100, 30)
-	m, _ = run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'?'}})
-	v := m.View()
-	for _, sc := range workload.Scenarios {
-		if !strings.Contains(v, sc.Key+" "+sc.Name) {
-			t.Fatalf("help lacks %s %s:\n%s", sc.Key, sc.Name, v)
+	for _, size := range [][2]int{{100, 30}, {80, 24}} {
+		m := polled(t, canned(true), &fakeKnobs{cfg: workload.Defaults()}, size[0], size[1])
+		m, _ = run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'?'}})
+		v := m.View()
+		for _, want := range []string{"F fence", "i retry ids", "z/Z", "u autovac"} {
+			if !strings.Contains(v, want) {
+				t.Fatalf("%dx%d: help lacks %q:\n%s", size[0], size[1], want, v)
+			}
+		}
+		for _, sc := range workload.Scenarios {
+			if !strings.Contains(v, sc.Key+" "+sc.Name) {
+				t.Fatalf("%dx%d: help lacks %s %s:\n%s", size[0], size[1], sc.Key, sc.Name, v)
+			}
 		}
 	}
 }

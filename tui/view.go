@@ -100,7 +100,14 @@ func presetList(width int) string {
 		}
 		line += item
 	}
-	return strings.Join(append(lines, line), "\n")
+	lines = append(lines, line)
+	// The stories' own knobs, which the help's columns leave out below 200
+	// columns.
+	knobs := "story knobs: F fence in app/db · i retry ids stable/fresh · z/Z clock skew · u autovacuum"
+	if lipgloss.Width(knobs) > width {
+		knobs = "story knobs: F fence app/db · i retry ids · z/Z skew · u autovac"
+	}
+	return strings.Join(append(lines, knobs), "\n")
 }
 
 // chartCache holds the chart grid rendered for a layout: charts change only
