@@ -54,9 +54,11 @@ func newChaosCmd(g *globals) *cobra.Command {
 		Long: `Run a scenario for --duration with its faults, stop the faults and the
 workers, let the reaper catch up (TTL + 2 reaper intervals), audit the
 database and print the summary. Exit 0 only when the scenario's expected
-invariants hold; for pause-no-fencing and crash-no-lease the failures are
-the expected outcome and are reported under expected_failures. Exit 6 when
-an invariant is violated.
+invariants hold and its story showed; for pause-no-fencing, crash-no-lease,
+fence-in-app and lost-ack the failures are the expected outcome and are
+reported under expected_failures. lost-ack runs its second half with stable
+request ids and checks that duplicates appear only in the first. Exit 6 when
+an invariant is violated or the story did not show.
 
 Scenarios:
 ` + strings.Join(names, "\n"),
@@ -184,6 +186,23 @@ func printSummary(w io.Writer, s workload.Summary) error {
 	fmt.Fprintf(tw, "crashes\t%d\npauses\t%d\nlost ids\t%d\nreclaimed\t%d\n", s.Crashes, s.Pauses, s.LostIDs, s.Reclaimed)
 	fmt.Fprintf(tw, "max reclaim lag\t%.0f ms (bound %.0f ms)\nexpired pending\t%d\nempty-pool hits\t%d\nconflicts\t%d\nerrors\t%d\n",
 		s.MaxReclaimLagMS, s.ReclaimBoundMS, s.ExpiredPending, s.EmptyPool, s.Conflicts, s.Errors)
+	story := []struct {
+		name string
+		v    int64
+	}{{"leases lost", s.LeasesLost}, {"transferred", s.Transferred}, {"old holders rejected", s.OldHolderRejections},
+		{"past DB expiry", s.PastExpiry}, {"acks lost", s.AcksLost}, {"replayed by request id", s.Replayed},
+		{"duplicates (fresh ids)", s.DuplicatesFreshID}, {"duplicates (stable ids)", s.DuplicatesStableID}}
+	for _, f := range story {
+		if f.v != 0 {
+			fmt.Fprintf(tw, "%s\t%d\n", f.name, f.v)
+		}
+	}
+	if s.MaxRecoveryMS > 0 {
+		fmt.Fprintf(tw, "max recovery\t%.0f ms\n", s.MaxRecoveryMS)
+	}
+	if v := s.Vacuum; v != nil {
+		fmt.Fprintf(tw, "dead tuples\t%d (autovacuum off %v, left off after %v)\n", v.DeadTuples, v.AutovacuumOff, s.AutovacuumLeftOff)
+	}
 	_ = tw.Flush()
 	for _, e := range s.Expected {
 		fmt.Fprintf(w, "expected failure: %s\n", e)

@@ -94,6 +94,9 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 		return fmt.Errorf("count the pool: %w", err)
 	}
 	st := &stage{db: d.pool, eng: d.eng, size: o.poolSize, rebuild: d.embedded != nil || !g.allowWrites}
+	if err := st.check(cfg); err != nil {
+		return usageError{err}
+	}
 	if existing == 0 {
 		start := time.Now()
 		size := st.poolSize(o.sc)

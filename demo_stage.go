@@ -39,8 +39,23 @@ type stage struct {
 
 func (s *stage) Config() workload.Config { return s.wl.Config() }
 
+// errVacuumNotOurs refuses to turn autovacuum off on a pool pooltop did not create.
+var errVacuumNotOurs = errors.New("refusing to turn autovacuum off: pooltop did not create this pool (the demo runs on it with --allow-writes); vacuum-off runs on the embedded server or a pool made by pooltop migrate")
+
+// check refuses knobs the pool is not the demo's to take: autovacuum off
+// only on a pool pooltop made.
+func (s *stage) check(c workload.Config) error {
+	if !c.Autovacuum && !s.rebuild {
+		return errVacuumNotOurs
+	}
+	return nil
+}
+
 // SetConfig turns knobs and logs each change.
 func (s *stage) SetConfig(c workload.Config) error {
+	if err := s.check(c); err != nil {
+		return err
+	}
 	before := s.wl.Config()
 	if err := s.wl.SetConfig(c); err != nil {
 		return err
@@ -80,12 +95,12 @@ func (s *stage) poolSize(sc workload.Scenario) int {
 // errNotOurs refuses to empty a pool pooltop did not create.
 var errNotOurs = errors.New("refusing to empty this pool for a fresh one: pooltop did not create it (the demo runs on it with --allow-writes); the scenario's knobs are set on the pool as it is")
 
-// Play starts scenario i (0-based, the dashboard's key i+1): it stops the
+// Play starts scenario i of workload.Scenarios (its Key on the dashboard): it stops the
 // fleet, makes a fresh pool of the scenario's size, resets the counters,
 // charts and alerts, and starts the scenario's knobs.
 func (s *stage) Play(i int) error {
 	if i < 0 || i >= len(workload.Scenarios) {
-		return fmt.Errorf("scenario %d: choose 1 to %d", i+1, len(workload.Scenarios))
+		return fmt.Errorf("scenario %d: choose 0 to %d", i, len(workload.Scenarios)-1)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -93,13 +108,16 @@ func (s *stage) Play(i int) error {
 	defer cancel()
 	sc := workload.Scenarios[i]
 	cfg := scenarioConfig(sc, s.wl.Config().Seed)
+	if err := s.check(cfg); err != nil {
+		return fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
 	if !s.rebuild {
 		if err := s.wl.SetConfig(cfg); err != nil {
 			return err
 		}
 		s.wl.Reset()
 		s.col.Reset(false)
-		s.col.Note(collector.EventScenario, fmt.Sprintf("scenario %d %s on the pool as it is (not pooltop's to empty): expect %s", i+1, sc.Name, sc.Expect))
+		s.col.Note(collector.EventScenario, fmt.Sprintf("scenario %s %s on the pool as it is (not pooltop's to empty): expect %s", sc.Key, sc.Name, sc.Expect))
 		return nil
 	}
 	size := s.poolSize(sc)
@@ -109,8 +127,8 @@ func (s *stage) Play(i int) error {
 	if err := s.wl.SetConfig(cfg); err != nil {
 		return err
 	}
-	s.col.Note(collector.EventScenario, fmt.Sprintf("scenario %d %s on a fresh pool of %s ids: expect %s",
-		i+1, sc.Name, termtext.Count(int64(size)), sc.Expect))
+	s.col.Note(collector.EventScenario, fmt.Sprintf("scenario %s %s on a fresh pool of %s ids: expect %s",
+		sc.Key, sc.Name, termtext.Count(int64(size)), sc.Expect))
 	return nil
 }
 

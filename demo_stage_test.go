@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,11 @@ func TestStagePlaysScenariosOnFreshPools(t *testing.T) {
 	}
 	t.Cleanup(col.Close)
 	st := &stage{db: db.Pool, eng: db.Engine, wl: wl, col: col, size: 2000, rebuild: true}
-	if got := st.poolSize(workload.Scenarios[len(workload.Scenarios)-1]); got != 200 {
+	drain, err := workload.ScenarioByName("drain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.poolSize(drain); got != 200 {
 		t.Fatalf("drain's pool at --pool-size 2000: %d, want a tenth", got)
 	}
 
@@ -97,6 +102,44 @@ func TestStagePlaysScenariosOnFreshPools(t *testing.T) {
 	if err := st.Play(len(workload.Scenarios)); err == nil {
 		t.Fatal("a scenario past the last was accepted")
 	}
+
+	// vacuum-off turns autovacuum off for the pool; the next scenario, or
+	// the workload's stop, turns it back on.
+	vacuumOff := func() bool {
+		v, err := db.Engine.Vacuum(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.AutovacuumOff
+	}
+	if err := st.Play(presetOf(t, "vacuum-off")); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, "autovacuum off", 30*time.Second, vacuumOff)
+	if err := st.Play(0); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, "autovacuum back on after the next scenario", 30*time.Second, func() bool { return !vacuumOff() })
+	if err := st.Play(presetOf(t, "vacuum-off")); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, "autovacuum off again", 30*time.Second, vacuumOff)
+	wl.Stop()
+	if vacuumOff() {
+		t.Fatal("autovacuum left off after the workload stopped")
+	}
+}
+
+// presetOf is the index of a scenario in workload.Scenarios.
+func presetOf(t *testing.T, name string) int {
+	t.Helper()
+	for i, sc := range workload.Scenarios {
+		if sc.Name == name {
+			return i
+		}
+	}
+	t.Fatalf("no scenario %s", name)
+	return -1
 }
 
 // On a pool pooltop did not create (the demo let onto it with
@@ -129,5 +172,17 @@ func TestStageNeverEmptiesAPoolNotItsOwn(t *testing.T) {
 	}
 	if err := st.Fresh(); err == nil || !strings.Contains(err.Error(), "pooltop did not create it") {
 		t.Fatalf("fresh pool on a pool not ours: %v", err)
+	}
+	// Nor is autovacuum turned off on it, by the scenario or by the knob.
+	if err := st.Play(presetOf(t, "vacuum-off")); !errors.Is(err, errVacuumNotOurs) {
+		t.Fatalf("vacuum-off on a pool not ours: %v", err)
+	}
+	c := wl.Config()
+	c.Autovacuum = false
+	if err := st.SetConfig(c); !errors.Is(err, errVacuumNotOurs) {
+		t.Fatalf("autovacuum knob on a pool not ours: %v", err)
+	}
+	if v, err := db.Engine.Vacuum(ctx); err != nil || v.AutovacuumOff {
+		t.Fatalf("autovacuum off on a pool not ours (%v)", err)
 	}
 }

@@ -87,11 +87,13 @@ func (r *tmuxRun) waitFor(what string, timeout time.Duration) string {
 // matches the screen with a number for which ok holds, and returns it.
 func (r *tmuxRun) waitNumber(re *regexp.Regexp, ok func(int64) bool, timeout time.Duration) int64 {
 	r.t.Helper()
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	deadline := start.Add(timeout)
 	for {
 		s := r.screen()
 		if m := re.FindStringSubmatch(s); m != nil {
 			if n, err := parseFigure(m[1]); err == nil && ok(n) {
+				r.t.Logf("%s: %d after %.1fs", re, n, time.Since(start).Seconds())
 				return n
 			}
 		}
@@ -119,6 +121,12 @@ func parseFigure(s string) (int64, error) {
 func (r *tmuxRun) press(keys ...string) {
 	r.t.Helper()
 	r.tmux(append([]string{"send-keys", "-t", r.session}, keys...)...)
+}
+
+// pressLiteral types keys as text (tmux would read "^" or "$" otherwise).
+func (r *tmuxRun) pressLiteral(keys string) {
+	r.t.Helper()
+	r.tmux("send-keys", "-t", r.session, "-l", keys)
 }
 
 // exited waits for the program to exit and checks it exited 0.
@@ -213,8 +221,9 @@ func TestDemoScriptInTmux(t *testing.T) {
 			positive := func(n int64) bool { return n > 0 }
 			zero := func(n int64) bool { return n == 0 }
 			banner := func(step, rest string) *regexp.Regexp {
-				return regexp.MustCompile(`▶ ` + step + `(?: \+ knobs)?  ` + rest)
+				return regexp.MustCompile(`▶ ` + regexp.QuoteMeta(step) + `(?: \+ knobs)?  ` + rest)
 			}
+			atLeast := func(n int64) func(int64) bool { return func(v int64) bool { return v >= n } }
 			// 1: healthy, nothing leaked or finalized twice, work done.
 			r.waitNumber(banner("1 healthy", `leaked ([\d,]+)`), zero, wait)
 			r.waitNumber(banner("1 healthy", `leaked 0 · double ([\d,]+)`), zero, wait)
@@ -234,6 +243,32 @@ func TestDemoScriptInTmux(t *testing.T) {
 			if size.w >= 100 {
 				r.waitNumber(banner("5 pause-with-fencing", `fenced [\d,]+ · double ([\d,]+)`), zero, wait)
 			}
+			// !: fence-in-app, the check in the application lets zombies
+			// through: double finalizations with fencing "in app"; F moves
+			// the fence into the database.
+			r.pressLiteral("!")
+			r.waitNumber(banner("! fence-in-app", `double(?: finalizations)? ([\d,]+) · fencing in app`), positive, wait)
+			r.pressLiteral("F")
+			r.waitFor("fencing in app → on", wait)
+			// @: local-clock, work committed past the database's expiry.
+			r.pressLiteral("@")
+			r.waitNumber(banner("@ local-clock", `past (?:DB )?expiry ([\d,]+)`), positive, wait)
+			// #: transfer, the old holders' late commits fenced, none doubled.
+			r.pressLiteral("#")
+			r.waitNumber(banner("# transfer", `transferred [\d,]+ · (?:old holders )?fenced ([\d,]+)`), positive, wait)
+			// $: lost-ack, retries with fresh request ids duplicate; i makes
+			// them stable and the ledger replays them.
+			r.pressLiteral("$")
+			r.waitNumber(banner("$ lost-ack", `dup(?:licates)? ([\d,]+)`), positive, wait)
+			r.pressLiteral("i")
+			r.waitNumber(banner("$ lost-ack", `dup.* replayed ([\d,]+)`), positive, wait)
+			// %: short-lease, healthy workers lose leases, nothing crashed.
+			r.pressLiteral("%")
+			r.waitNumber(banner("% short-lease", `(?:leases )?lost ([\d,]+)`), positive, wait)
+			r.waitNumber(banner("% short-lease", `(?:leases )?lost [\d,]+.* crashes ([\d,]+)`), zero, wait)
+			// ^: long-lease, crashed workers' ids stay frozen.
+			r.pressLiteral("^")
+			r.waitNumber(banner("^ long-lease", `(?:dead-held|held by the dead) [\d,]+ · oldest (\d+)s`), atLeast(2), wait)
 			// 6: blocking-contention, sessions wait; s twice back to skip-locked, the waits go.
 			r.press("6")
 			r.waitNumber(banner("6 blocking-contention", `(?:lock waits: )?waiting (\d+)`), positive, wait)
@@ -245,6 +280,11 @@ func TestDemoScriptInTmux(t *testing.T) {
 			// 7: optimistic-herd, version checks lost.
 			r.press("7")
 			r.waitNumber(banner("7 optimistic-herd", `conflicts ([\d,]+)`), positive, wait)
+			// &: vacuum-off, dead tuples pile up; u turns autovacuum back on.
+			r.pressLiteral("&")
+			r.waitNumber(banner("& vacuum-off", `dead(?: tuples)? ([\d,.]+k?) · autovac(?:uum)? OFF`), atLeast(5000), wait)
+			r.pressLiteral("u")
+			r.waitFor("autovacuum OFF → on", wait)
 			// 8: drain, the pool runs dry.
 			r.press("8")
 			r.waitNumber(banner("8 drain", `UNUSED ([\d,]+)`), zero, wait)

@@ -110,8 +110,8 @@ func passwordOf(dsn string) string {
 // scenarioList names the scenarios, a line each, for --help.
 func scenarioList() string {
 	var b strings.Builder
-	for i, sc := range workload.Scenarios {
-		fmt.Fprintf(&b, "  %d %-20s %s\n", i+1, sc.Name, sc.Expect)
+	for _, sc := range workload.Scenarios {
+		fmt.Fprintf(&b, "  %s %-20s %s\n", sc.Key, sc.Name, sc.Expect)
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
@@ -147,10 +147,11 @@ through a fencing token; a reaper returns expired leases to the pool.
 
 With no command, pooltop starts the demo: a private PostgreSQL (unless --dsn
 is given), the schema, a pool of ids, a simulated fleet of workers with its
-reaper, and the dashboard (keys: ? for help, 1-8 scenarios, q to quit).
+reaper, and the dashboard (keys: ? for help, 1-8 and ! @ # $ % ^ & (shift+1
+to shift+7) scenarios, q to quit).
 pooltop watch shows an existing pool read-only.
 
-Scenarios (keys 1-8 in the demo, --scenario here and in chaos):
+Scenarios (their key in the demo, --scenario here and in chaos):
 ` + scenarioList() + `
 
 Which server: the demo, bench and chaos generate load, so they never take

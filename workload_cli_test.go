@@ -55,6 +55,24 @@ func TestChaosCommand(t *testing.T) {
 	}
 }
 
+// A story with a cure runs both halves from the command line: lost-ack's
+// duplicates appear with fresh request ids and not with stable ones, and
+// its figures are in the JSON.
+func TestChaosCommandRunsAStoryAndItsCure(t *testing.T) {
+	t.Parallel()
+	db := []string{"--dsn", pgtest.DSN(), "--schema", scratch(t)}
+	r := pooltop(t, append([]string{"chaos", "--scenario", "lost-ack", "--duration", "3s", "--pool-size", "20000", "--json"}, db...)...).must(t)
+	s := decode[workload.Summary](t, r.stdout)
+	if s.DuplicatesFreshID == 0 || s.DuplicatesStableID != 0 || s.Replayed == 0 || len(s.Violations) != 0 || len(s.Expected) == 0 {
+		t.Fatalf("lost-ack summary: %+v", s)
+	}
+	for _, field := range []string{`"acks_lost"`, `"duplicates_fresh_id"`, `"replayed"`, `"expected_failures"`} {
+		if !strings.Contains(r.stdout, field) {
+			t.Errorf("chaos JSON lacks %s", field)
+		}
+	}
+}
+
 func TestVerifyFindsViolations(t *testing.T) {
 	t.Parallel()
 	db := migrated(t, 3)

@@ -25,7 +25,16 @@
 //     updated_at) and often a partial index on UNUSED ids alone; watch
 //     reads one as it is, migrate adopts one only with --allow-writes.
 //   - double finalization: an id with a second effect, possible only with
-//     the fence off.
+//     the fence off (or checked in the application before an unfenced
+//     write, which is the same thing once a pause falls between them).
+//   - transfer: handing a live lease to another holder; the token rises,
+//     so the old holder's later commit is stale.
+//   - request id (idempotency key): the unique key of an effect; a retried
+//     commit with the same one is answered from the ledger (replayed), a
+//     retry with a fresh one is a new effect (a duplicate, unless the fence
+//     stops it).
+//   - recovery: how long a crashed worker's ids wait to come back: at least
+//     what its lease had left to run, plus the reaper's lag.
 //
 // (Kept apart from the package comment in engine.go, which says what the
 // package does; this says what its words mean.)

@@ -1,6 +1,10 @@
 package tui
 
-import "github.com/charmbracelet/bubbles/key"
+import (
+	"github.com/charmbracelet/bubbles/key"
+
+	"github.com/pooltop-dev/pooltop/workload"
+)
 
 // keyMap is every key the dashboard answers to; the help bubble lists them.
 type keyMap struct {
@@ -8,7 +12,8 @@ type keyMap struct {
 	WorkersDown, WorkersUp, Lease, Fencing, Renew, Reaper, Strategy key.Binding
 	CrashDown, CrashUp, PauseDown, PauseUp, TTLDown, TTLUp          key.Binding
 	BatchDown, BatchUp, TaskDown, TaskUp, RefillDown, RefillUp      key.Binding
-	RateDown, RateUp, Preset                                        key.Binding
+	RateDown, RateUp, Preset, FenceWhere, RequestID, Autovacuum     key.Binding
+	SkewDown, SkewUp                                                key.Binding
 	Up, Down, Soft, Hard, Doctor, Order, Filter                     key.Binding
 	demo                                                            bool
 }
@@ -46,7 +51,12 @@ func newKeyMap(demo bool) keyMap {
 		RefillUp:    b([]string{"E"}, "E", "refill +"),
 		RateDown:    b([]string{"a"}, "a/A", "rate limit −/+"),
 		RateUp:      b([]string{"A"}, "A", "rate limit +"),
-		Preset:      b([]string{"1", "2", "3", "4", "5", "6", "7", "8"}, "1-8", "scenario"),
+		Preset:      b(presetKeys(), "1-8", "scenario, !-&"),
+		FenceWhere:  b([]string{"F"}, "F", "fence in app/db"),
+		RequestID:   b([]string{"i"}, "i", "retry ids stable/fresh"),
+		Autovacuum:  b([]string{"u"}, "u", "autovacuum on/off"),
+		SkewDown:    b([]string{"z"}, "z/Z", "clock skew −/+"),
+		SkewUp:      b([]string{"Z"}, "Z", "clock skew +"),
 		Up:          b([]string{"up"}, "↑/↓", "select a blocker or holder"),
 		Down:        b([]string{"down"}, "↓", "next"),
 		Soft:        b([]string{"x"}, "x", "cancel query / release expired"),
@@ -58,7 +68,8 @@ func newKeyMap(demo bool) keyMap {
 	}
 	for _, k := range []*key.Binding{&km.WorkersDown, &km.WorkersUp, &km.Lease, &km.Fencing, &km.Renew, &km.Reaper, &km.Strategy,
 		&km.CrashDown, &km.CrashUp, &km.PauseDown, &km.PauseUp, &km.TTLDown, &km.TTLUp, &km.BatchDown, &km.BatchUp,
-		&km.TaskDown, &km.TaskUp, &km.RefillDown, &km.RefillUp, &km.RateDown, &km.RateUp, &km.Preset, &km.Reset, &km.Fresh} {
+		&km.TaskDown, &km.TaskUp, &km.RefillDown, &km.RefillUp, &km.RateDown, &km.RateUp, &km.Preset, &km.Reset, &km.Fresh,
+		&km.FenceWhere, &km.RequestID, &km.Autovacuum, &km.SkewDown, &km.SkewUp} {
 		k.SetEnabled(demo)
 	}
 	return km
@@ -77,9 +88,28 @@ func (k keyMap) FullHelp() [][]key.Binding {
 	cols := [][]key.Binding{{k.Quit, k.Help, k.Pause, k.Slower, k.Faster, k.Reset, k.Fresh}, {k.Up, k.Soft, k.Hard, k.Doctor, k.Order, k.Filter}}
 	if k.demo {
 		cols = append(cols,
-			[]key.Binding{k.Preset, k.Lease, k.Fencing, k.Renew, k.Reaper, k.Strategy},
-			[]key.Binding{k.WorkersDown, k.CrashDown, k.PauseDown, k.TTLDown, k.BatchDown},
-			[]key.Binding{k.TaskDown, k.RefillDown, k.RateDown})
+			[]key.Binding{k.Preset, k.Lease, k.Fencing, k.FenceWhere, k.Renew, k.Reaper, k.Strategy},
+			[]key.Binding{k.WorkersDown, k.CrashDown, k.PauseDown, k.TTLDown, k.BatchDown, k.SkewDown},
+			[]key.Binding{k.TaskDown, k.RefillDown, k.RateDown, k.RequestID, k.Autovacuum})
 	}
 	return cols
+}
+
+// presetKeys are the keys of the scenarios, in their order.
+func presetKeys() []string {
+	keys := make([]string, len(workload.Scenarios))
+	for i, sc := range workload.Scenarios {
+		keys[i] = sc.Key
+	}
+	return keys
+}
+
+// presetIndex is the scenario a key plays, or -1.
+func presetIndex(k string) int {
+	for i, sc := range workload.Scenarios {
+		if sc.Key == k {
+			return i
+		}
+	}
+	return -1
 }

@@ -17,6 +17,7 @@ var (
 	taskSteps     = []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second}
 	faultSteps    = []float64{0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5}
 	refillSteps   = []float64{0, 10, 50, 100, 200, 500, 1000, 5000} // the fixed rates of refillLevels
+	skewSteps     = []time.Duration{0, 500 * time.Millisecond, 2 * time.Second, 5 * time.Second}
 	intervalSteps = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
 )
 
@@ -53,7 +54,11 @@ func onOff(b bool) string {
 	return "OFF"
 }
 
-func knobRows(c workload.Config) []knobRow {
+// knobRows are the knobs panel's lines. The knobs of the shifted-digit stories
+// (request ids, clock skew, autovacuum, ack loss, transfers) take a line
+// only when set away from a healthy fleet's, or when story, the preset in
+// force, sets them.
+func knobRows(c workload.Config, story *workload.Config) []knobRow {
 	rate := "unlimited"
 	if c.Rate > 0 {
 		rate = formatFloat(c.Rate) + "/s"
@@ -67,11 +72,11 @@ func knobRows(c workload.Config) []knobRow {
 	case c.Refill > 0:
 		refill = formatFloat(c.Refill) + "/s"
 	}
-	return []knobRow{
+	rows := []knobRow{
 		{"w W", "workers", formatInt(int64(c.Workers))},
 		{"s", "strategy", c.Strategy.String()},
 		{"l", "lease", onOff(c.Lease)},
-		{"f", "fencing", onOff(c.Fencing)},
+		{"f F", "fencing", c.FenceMode()},
 		{"n", "renewal", onOff(c.Renew)},
 		{"v", "reaper", onOff(c.Reaper)},
 		{"t T", "ttl", c.TTL.String()},
@@ -82,6 +87,32 @@ func knobRows(c workload.Config) []knobRow {
 		{"a A", "rate", rate},
 		{"e E", "refill", refill},
 	}
+	healthy := workload.Defaults()
+	shown := func(f func(workload.Config) any) bool {
+		return f(c) != f(healthy) || (story != nil && f(*story) != f(healthy))
+	}
+	ids := "stable"
+	if !c.StableRequestID {
+		ids = "FRESH"
+	}
+	var extra []knobRow
+	for _, r := range []struct {
+		row knobRow
+		f   func(workload.Config) any
+	}{
+		{knobRow{"i", "req ids", ids}, func(c workload.Config) any { return c.StableRequestID }},
+		{knobRow{"", "ack loss", formatPercent(c.AckLoss)}, func(c workload.Config) any { return c.AckLoss }},
+		{knobRow{"z Z", "skew", c.ClockSkew.String()}, func(c workload.Config) any { return c.ClockSkew }},
+		{knobRow{"", "transfer", formatPercent(c.TransferRate)}, func(c workload.Config) any { return c.TransferRate }},
+		{knobRow{"u", "autovac", onOff(c.Autovacuum)}, func(c workload.Config) any { return c.Autovacuum }},
+	} {
+		if shown(r.f) {
+			extra = append(extra, r.row)
+		}
+	}
+	// Under the fencing line, so that they stay on a small screen, which
+	// cuts the panel from the bottom.
+	return append(rows[:4:4], append(extra, rows[4:]...)...)
 }
 
 // refillLevel is one setting of the producer.

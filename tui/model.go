@@ -365,11 +365,11 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.busy = "making a fresh pool…"
 		return m, func() tea.Msg { err := knobs.Fresh(); return playMsg{i: -1, cfg: knobs.Config(), err: err} }
 	case key.Matches(msg, k.Preset):
-		i := int(msg.Runes[0] - '1')
-		if i < 0 || i >= len(workload.Scenarios) {
+		i := presetIndex(msg.String())
+		if i < 0 {
 			return m, nil
 		}
-		m.busy = fmt.Sprintf("starting %d %s on a fresh pool…", i+1, workload.Scenarios[i].Name)
+		m.busy = fmt.Sprintf("starting %s %s on a fresh pool…", workload.Scenarios[i].Key, workload.Scenarios[i].Name)
 		return m, func() tea.Msg { err := knobs.Play(i); return playMsg{i: i, cfg: knobs.Config(), err: err} }
 	}
 	cfg, changed := m.turn(msg)
@@ -395,6 +395,13 @@ func (m Model) turn(msg tea.KeyMsg) (workload.Config, bool) {
 		c.Reaper = !c.Reaper
 	case key.Matches(msg, k.Strategy):
 		c.Strategy = nextStrategy(c.Strategy)
+	case key.Matches(msg, k.FenceWhere):
+		c.FenceInApp = c.Fencing && !c.FenceInApp
+		c.Fencing = true
+	case key.Matches(msg, k.RequestID):
+		c.StableRequestID = !c.StableRequestID
+	case key.Matches(msg, k.Autovacuum):
+		c.Autovacuum = !c.Autovacuum
 	default:
 		// The stepped knobs: a key down and a key up each.
 		for _, s := range []struct {
@@ -414,6 +421,7 @@ func (m Model) turn(msg tea.KeyMsg) (workload.Config, bool) {
 			{k.TaskDown, k.TaskUp, func(c *workload.Config, d int) { c.Task = step(taskSteps, c.Task, d) }},
 			{k.RefillDown, k.RefillUp, func(c *workload.Config, d int) { *c = stepRefill(*c, d) }},
 			{k.RateDown, k.RateUp, func(c *workload.Config, d int) { c.Rate = step(rateSteps, c.Rate, d) }},
+			{k.SkewDown, k.SkewUp, func(c *workload.Config, d int) { c.ClockSkew = step(skewSteps, c.ClockSkew, d) }},
 		} {
 			switch {
 			case key.Matches(msg, s.down):

@@ -492,12 +492,19 @@ func TestTitlesKeepTheirFigures(t *testing.T) {
 
 // ? names the scenarios behind the number keys.
 func TestHelpNamesTheScenarios(t *testing.T) {
-	m := polled(t, canned(true), &fakeKnobs{cfg: workload.Defaults()}, 100, 30)
-	m, _ = run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'?'}})
-	v := m.View()
-	for _, sc := range workload.Scenarios {
-		if !strings.Contains(v, sc.Name) {
-			t.Fatalf("help lacks %s:\n%s", sc.Name, v)
+	for _, size := range [][2]int{{100, 30}, {80, 24}} {
+		m := polled(t, canned(true), &fakeKnobs{cfg: workload.Defaults()}, size[0], size[1])
+		m, _ = run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'?'}})
+		v := m.View()
+		for _, want := range []string{"F fence", "i retry ids", "z/Z", "u autovac"} {
+			if !strings.Contains(v, want) {
+				t.Fatalf("%dx%d: help lacks %q:\n%s", size[0], size[1], want, v)
+			}
+		}
+		for _, sc := range workload.Scenarios {
+			if !strings.Contains(v, sc.Key+" "+sc.Name) {
+				t.Fatalf("%dx%d: help lacks %s %s:\n%s", size[0], size[1], sc.Key, sc.Name, v)
+			}
 		}
 	}
 }
@@ -687,5 +694,70 @@ func TestSessionsOrderAndFilter(t *testing.T) {
 	press(r("/"), tea.KeyMsg{Type: tea.KeyEnter})
 	if v := m.View(); !strings.Contains(v, "10 api-1") || !strings.Contains(v, "20 batch-0") {
 		t.Fatalf("an empty filter shows all:\n%s", v)
+	}
+}
+
+// The stories of the shifted digits play from them, each with its banner and
+// the knob row of its story; F, i, u and z/Z turn their knobs.
+func TestLaterStoryKeys(t *testing.T) {
+	kn := &fakeKnobs{cfg: workload.Defaults()}
+	m := polled(t, canned(true), kn, 100, 30)
+	press := func(keys string) {
+		t.Helper()
+		for _, r := range keys {
+			var msg tea.Msg
+			m, msg = run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}})
+			if msg != nil {
+				mm, _ := m.Update(msg)
+				m = mm.(Model)
+			}
+		}
+	}
+	for i, sc := range workload.Scenarios[8:] {
+		press(sc.Key)
+		if m.scenario != 8+i || kn.played[len(kn.played)-1] != 8+i {
+			t.Fatalf("key %s played %v, scenario %d; want %d %s", sc.Key, kn.played, m.scenario, 8+i, sc.Name)
+		}
+		if v := m.View(); !strings.Contains(v, "▶ "+sc.Key+" "+sc.Name) {
+			t.Fatalf("no banner for %s:\n%s", sc.Name, v)
+		}
+	}
+	press("!")
+	if v := m.View(); !strings.Contains(v, "fencing  in app") || !strings.Contains(v, "fencing in app") {
+		t.Fatalf("fence-in-app does not say where the fence is:\n%s", v)
+	}
+	press("F")
+	if c := kn.Config(); !c.Fencing || c.FenceInApp || !strings.Contains(m.View(), "fencing in app → on") {
+		t.Fatalf("F did not move the fence into the database: %+v\n%s", c, m.View())
+	}
+	press("$")
+	if v := m.View(); !strings.Contains(v, "req ids  FRESH") {
+		t.Fatalf("lost-ack does not show its request ids:\n%s", v)
+	}
+	press("i")
+	if c := kn.Config(); !c.StableRequestID || !strings.Contains(m.View(), "req ids  stable") {
+		t.Fatalf("i did not make the request ids stable: %+v\n%s", c, m.View())
+	}
+	press("@")
+	press("z")
+	if c := kn.Config(); c.ClockSkew != 500*time.Millisecond {
+		t.Fatalf("z gave a skew of %v, want 500ms", c.ClockSkew)
+	}
+	press("zzZ")
+	if c := kn.Config(); c.ClockSkew != 500*time.Millisecond {
+		t.Fatalf("z z Z gave a skew of %v, want 500ms", c.ClockSkew)
+	}
+	press("&")
+	if v := m.View(); !strings.Contains(v, "autovac  OFF") {
+		t.Fatalf("vacuum-off does not show autovacuum off:\n%s", v)
+	}
+	press("u")
+	if c := kn.Config(); !c.Autovacuum {
+		t.Fatal("u did not turn autovacuum back on")
+	}
+	// A healthy fleet's panel has no story rows.
+	press("1")
+	if v := m.View(); strings.Contains(v, "req ids") || strings.Contains(v, "autovac") || strings.Contains(v, "skew") {
+		t.Fatalf("story rows on a healthy fleet:\n%s", v)
 	}
 }

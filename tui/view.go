@@ -92,15 +92,22 @@ func (m Model) layout() layout {
 func presetList(width int) string {
 	var lines []string
 	line := "scenarios:"
-	for i, sc := range workload.Scenarios {
-		item := fmt.Sprintf(" %d %s", i+1, sc.Name)
+	for _, sc := range workload.Scenarios {
+		item := fmt.Sprintf(" %s %s", sc.Key, sc.Name)
 		if lipgloss.Width(line+item) > width {
 			lines = append(lines, line)
 			line = "          "
 		}
 		line += item
 	}
-	return strings.Join(append(lines, line), "\n")
+	lines = append(lines, line)
+	// The stories' own knobs, which the help's columns leave out below 200
+	// columns.
+	knobs := "story knobs: F fence in app/db · i retry ids stable/fresh · z/Z clock skew · u autovacuum"
+	if lipgloss.Width(knobs) > width {
+		knobs = "story knobs: F fence app/db · i retry ids · z/Z skew · u autovac"
+	}
+	return strings.Join(append(lines, knobs), "\n")
 }
 
 // chartCache holds the chart grid rendered for a layout: charts change only
@@ -262,6 +269,14 @@ var chartOrder = map[workload.Proof][]string{
 	workload.ProofLockWait:  {chLockWait, chThroughput, chLatency, chLeaked, chBurn, chDead, chFenced, chConflicts, chTrouble},
 	workload.ProofConflicts: {chConflicts, chThroughput, chLatency, chTrouble, chLockWait, chBurn, chLeaked, chDead, chFenced},
 	workload.ProofDrain:     {chBurn, chTrouble, chThroughput, chLatency, chLeaked, chLockWait, chDead, chFenced, chConflicts},
+	// The stories of the shifted digits.
+	workload.ProofInApp:        {chFenced, chLeaked, chThroughput, chLatency, chBurn, chTrouble, chLockWait, chDead, chConflicts},
+	workload.ProofPastExpiry:   {chFenced, chTrouble, chThroughput, chLeaked, chLatency, chBurn, chLockWait, chDead, chConflicts},
+	workload.ProofTransfer:     {chFenced, chThroughput, chLatency, chLeaked, chBurn, chTrouble, chLockWait, chDead, chConflicts},
+	workload.ProofDuplicates:   {chFenced, chThroughput, chLatency, chLeaked, chBurn, chTrouble, chLockWait, chDead, chConflicts},
+	workload.ProofFalseReclaim: {chTrouble, chFenced, chLeaked, chThroughput, chLatency, chBurn, chLockWait, chDead, chConflicts},
+	workload.ProofRecovery:     {chLeaked, chThroughput, chTrouble, chFenced, chLatency, chBurn, chLockWait, chDead, chConflicts},
+	workload.ProofDeadTuples:   {chDead, chLatency, chThroughput, chBurn, chLeaked, chFenced, chLockWait, chConflicts, chTrouble},
 }
 
 // watchOrder is the order of the charts in watch mode.
@@ -400,6 +415,33 @@ func (m Model) proofText() (long, short string) {
 			eta = "empty in " + shortDuration(*s.DepletionETAS)
 		}
 		return "UNUSED " + n(s.Pool.Unused) + " · " + eta, "UNUSED " + n(s.Pool.Unused)
+	case workload.ProofInApp:
+		mode := "fencing " + m.cfg.FenceMode()
+		return "double finalizations " + n(w.DoubleFinalizations) + " · " + mode, "double " + n(w.DoubleFinalizations) + " · " + mode
+	case workload.ProofPastExpiry:
+		return "past DB expiry " + n(w.PastExpiry) + " · fenced " + n(w.FencedRejections) + " · skew " + m.cfg.ClockSkew.String(),
+			"past expiry " + n(w.PastExpiry) + " · fenced " + n(w.FencedRejections)
+	case workload.ProofTransfer:
+		return "transferred " + n(w.Transferred) + " · old holders fenced " + n(w.OldHolderRejections) + " · double " + n(w.DoubleFinalizations),
+			"transferred " + n(w.Transferred) + " · fenced " + n(w.OldHolderRejections)
+	case workload.ProofDuplicates:
+		return "duplicates " + n(w.DuplicatesFreshID) + " (fresh ids) · " + n(w.DuplicatesStableID) + " with stable ids · replayed " + n(w.Replayed),
+			"dup " + n(w.DuplicatesFreshID) + " · replayed " + n(w.Replayed)
+	case workload.ProofFalseReclaim:
+		lost := w.LeasesLost + w.FencedRejections
+		return fmt.Sprintf("leases lost %s (renewals refused %s, fenced %s) · crashes %s", n(lost), n(w.LeasesLost), n(w.FencedRejections), n(w.Crashes)),
+			"lost " + n(lost) + " · crashes " + n(w.Crashes)
+	case workload.ProofRecovery:
+		oldest := shortDuration(w.DeadOldest.Seconds())
+		return "held by the dead " + n(int64(w.Leaked)) + " · oldest " + oldest + " · back after the " + m.cfg.TTL.String() + " lease",
+			"dead-held " + n(int64(w.Leaked)) + " · oldest " + oldest
+	case workload.ProofDeadTuples:
+		vac := "on"
+		if w.AutovacuumOff {
+			vac = "OFF"
+		}
+		return fmt.Sprintf("dead tuples %s · autovacuum %s · p99 %.1f ms", n(s.DeadTuples), vac, w.RecentAcquireLatency.P99),
+			"dead " + n(s.DeadTuples) + " · autovac " + vac
 	}
 	return "leaked " + n(int64(w.Leaked)) + " · double " + n(w.DoubleFinalizations) + " · committed " + n(w.Committed),
 		"leaked " + n(int64(w.Leaked)) + " · double " + n(w.DoubleFinalizations)
@@ -416,7 +458,7 @@ func (m Model) viewBanner(w int) string {
 	name, expect := "knobs of your own", ""
 	if m.scenario >= 0 && m.scenario < len(workload.Scenarios) {
 		sc := workload.Scenarios[m.scenario]
-		name, expect = fmt.Sprintf("%d %s", m.scenario+1, sc.Name), "expect: "+sc.Expect
+		name, expect = fmt.Sprintf("%s %s", sc.Key, sc.Name), "expect: "+sc.Expect
 		if m.custom {
 			name += " + knobs"
 		}
@@ -499,14 +541,19 @@ func (m Model) viewCharts(width, height int) string {
 func (m Model) viewKnobs(width, height int) string {
 	st := m.styles
 	lines := []string{st.Title.Render("knobs")}
-	for _, r := range knobRows(m.cfg) {
+	var story *workload.Config
+	if m.scenario >= 0 && m.scenario < len(workload.Scenarios) {
+		c := workload.Scenarios[m.scenario].Config(1)
+		story = &c
+	}
+	for _, r := range knobRows(m.cfg, story) {
 		v := r.value
 		if v == "OFF" {
 			v = st.Warn.Render(v)
 		}
 		lines = append(lines, fmt.Sprintf("%s %s %s", st.Dim.Render(fmt.Sprintf("%-3s", r.key)), pad(r.name, 8), v))
 	}
-	lines = append(lines, st.Dim.Render("1-8 scenario  r reset"), st.Dim.Render("R fresh pool  ? help"))
+	lines = append(lines, st.Dim.Render("1-8 !-& scenarios"), st.Dim.Render("r reset R fresh ? help"))
 	if m.knobErr != "" {
 		lines = append(lines, st.Alert.Render(truncate(m.knobErr, width-2)))
 	}

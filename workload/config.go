@@ -33,6 +33,11 @@ type Config struct {
 	Strategy engine.Strategy `json:"strategy"` // how ids are claimed
 	Lease    bool            `json:"lease"`    // false: claim with no expiry (leaks on crash)
 	Fencing  bool            `json:"fencing"`  // false: commit without the token check
+	// FenceInApp moves the fence into the application: the worker reads
+	// whether its token is current, then writes without the token in the
+	// statement. A pause between the check and the write lets a zombie
+	// through. Only with Fencing on.
+	FenceInApp bool `json:"fence_in_app"`
 	// BatchCommit commits the whole batch in one fenced statement instead of
 	// one statement per id.
 	BatchCommit bool          `json:"batch_commit"`
@@ -40,6 +45,24 @@ type Config struct {
 	CrashRate   float64       `json:"crash_rate"`   // chance per cycle that a worker dies holding its leases
 	PauseRate   float64       `json:"pause_rate"`   // chance per cycle that a worker freezes before committing
 	PauseLength time.Duration `json:"pause_length"` // how long a frozen worker sleeps
+	// TransferRate is the chance per cycle that a worker hands its leases to
+	// a peer mid-task (the token rises, the peer commits) and then, unaware,
+	// commits late with the token it was given.
+	TransferRate float64 `json:"transfer_rate"`
+	// ClockSkew is how far the workers' local clock runs behind the
+	// database's. When set, workers judge their leases by that clock: they
+	// renew late and commit work they believe is still leased.
+	ClockSkew time.Duration `json:"clock_skew"`
+	// AckLoss is the chance that a commit's answer is lost: the effect is
+	// written, the worker is told it failed and retries.
+	AckLoss float64 `json:"ack_loss"`
+	// StableRequestID makes a retried commit reuse its request id (the
+	// idempotency key); false gives every attempt a fresh one.
+	StableRequestID bool `json:"stable_request_id"`
+	// Autovacuum false turns autovacuum off for the pool table while the
+	// workload runs; the workload restores it when the knob returns or it
+	// stops. Only on a pool pooltop made: the callers check.
+	Autovacuum bool `json:"autovacuum"`
 
 	Reaper         bool          `json:"reaper"` // run the reaper
 	ReaperInterval time.Duration `json:"reaper_interval"`
@@ -59,8 +82,8 @@ func Defaults() Config {
 	return Config{
 		Workers: 8, Batch: 1, TTL: 5 * time.Second, Task: 20 * time.Millisecond,
 		Renew: true, RenewAt: 0.5, Strategy: engine.SkipLocked, Lease: true, Fencing: true,
-		PauseLength: 8 * time.Second,
-		Reaper:      true, ReaperInterval: time.Second, ReaperBatch: 1000,
+		PauseLength: 8 * time.Second, StableRequestID: true, Autovacuum: true,
+		Reaper: true, ReaperInterval: time.Second, ReaperBatch: 1000,
 		Seed: 1,
 	}
 }
@@ -96,13 +119,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("reaper batch %d: between 1 and %d", c.ReaperBatch, engine.MaxBatch)
 	case c.ReaperGrace < 0 || c.ReaperGrace > time.Hour:
 		return fmt.Errorf("reaper grace %v: between 0 and 1h", c.ReaperGrace)
+	case c.ClockSkew < 0 || c.ClockSkew > time.Hour:
+		return fmt.Errorf("clock skew %v: between 0 and 1h", c.ClockSkew)
 	case c.Refill < 0 || c.Refill > 1e6 || math.IsNaN(c.Refill):
 		return fmt.Errorf("refill %v: ids per second between 0 and 1,000,000", c.Refill)
 	}
 	for _, r := range []struct {
 		n string
 		v float64
-	}{{"fail rate", c.FailRate}, {"crash rate", c.CrashRate}, {"pause rate", c.PauseRate}} {
+	}{{"fail rate", c.FailRate}, {"crash rate", c.CrashRate}, {"pause rate", c.PauseRate},
+		{"transfer rate", c.TransferRate}, {"ack loss", c.AckLoss}} {
 		if err := rate(r.n, r.v); err != nil {
 			return err
 		}
@@ -134,7 +160,7 @@ func (c Config) Changes(before Config) []string {
 	knob("workers", strconv.Itoa(before.Workers), strconv.Itoa(c.Workers))
 	knob("strategy", before.Strategy.String(), c.Strategy.String())
 	knob("lease", onOff(before.Lease), onOff(c.Lease))
-	knob("fencing", onOff(before.Fencing), onOff(c.Fencing))
+	knob("fencing", before.FenceMode(), c.FenceMode())
 	knob("renewal", onOff(before.Renew), onOff(c.Renew))
 	knob("reaper", onOff(before.Reaper), onOff(c.Reaper))
 	knob("ttl", before.TTL.String(), c.TTL.String())
@@ -146,5 +172,31 @@ func (c Config) Changes(before Config) []string {
 	knob("rate limit", num(before.Rate)+"/s", num(c.Rate)+"/s")
 	knob("refill", num(before.Refill)+"/s", num(c.Refill)+"/s")
 	knob("keep-up producer", onOff(before.KeepUp), onOff(c.KeepUp))
+	knob("transfer rate", pct(before.TransferRate), pct(c.TransferRate))
+	knob("clock skew", before.ClockSkew.String(), c.ClockSkew.String())
+	knob("ack loss", pct(before.AckLoss), pct(c.AckLoss))
+	knob("request ids", idMode(before.StableRequestID), idMode(c.StableRequestID))
+	knob("autovacuum", onOff(before.Autovacuum), onOff(c.Autovacuum))
 	return out
+}
+
+// FenceMode says where the fence is: "on" (in the statement that writes
+// the effect), "in app" (checked first, then written without the token) or
+// "OFF".
+func (c Config) FenceMode() string {
+	switch {
+	case !c.Fencing:
+		return "OFF"
+	case c.FenceInApp:
+		return "in app"
+	}
+	return "on"
+}
+
+// idMode names how a retried commit picks its request id.
+func idMode(stable bool) string {
+	if stable {
+		return "stable"
+	}
+	return "FRESH"
 }

@@ -106,8 +106,8 @@ func (s FaultSummary) OK() bool { return len(s.Violations) == 0 }
 type child struct {
 	name    string
 	history string
-	cmd  *exec.Cmd
-	done chan struct{}
+	cmd     *exec.Cmd
+	done    chan struct{}
 }
 
 // Run runs the campaign and audits the pool after it.

@@ -32,6 +32,13 @@ const (
 	cEmpty                       // claims that found the pool empty
 	cLeaseLost                   // renewals refused: the lease was gone mid-task
 	cCycles                      // cycles completed
+	cTransferred                 // leases handed to a peer mid-task (token raised)
+	cOldHolder                   // late commits of old holders after a transfer, rejected
+	cPastExpiry                  // commits tried after the lease had expired in the database, the local clock saying it had not
+	cAckLost                     // commits whose answer was lost, retried
+	cReplayed                    // retries the ledger recognised by their request id: nothing written twice
+	cDupFresh                    // retries with a fresh request id that wrote a second effect
+	cDupStable                   // retries with the stable request id that wrote a second effect (must stay 0)
 	numCounters
 )
 
@@ -235,4 +242,19 @@ type Snapshot struct {
 	Reclaimed    int64         `json:"reclaimed"`
 	ReaperMaxLag time.Duration `json:"reaper_max_lag_ns"`
 	Refilled     int64         `json:"refilled"`
+	// The stories of transfer, local-clock and lost-ack.
+	Transferred         int64 `json:"transferred"`
+	OldHolderRejections int64 `json:"old_holder_rejections"`
+	PastExpiry          int64 `json:"past_expiry"`
+	AcksLost            int64 `json:"acks_lost"`
+	Replayed            int64 `json:"replayed"`
+	DuplicatesFreshID   int64 `json:"duplicates_fresh_id"`
+	DuplicatesStableID  int64 `json:"duplicates_stable_id"`
+	// DeadOldest is how long the oldest lease still held by a crashed
+	// worker has been dead; RecoveryWait the longest a crashed worker's
+	// lease had left to run when it died: its ids cannot come back sooner.
+	DeadOldest   time.Duration `json:"dead_oldest_ns"`
+	RecoveryWait time.Duration `json:"recovery_wait_ns"`
+	// AutovacuumOff: the workload turned autovacuum off for the pool.
+	AutovacuumOff bool `json:"autovacuum_off"`
 }

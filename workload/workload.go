@@ -23,6 +23,7 @@ type LeakedLease struct {
 	ID     int64
 	Token  int64
 	DiedAt time.Time
+	Until  time.Time // when the lease runs out (zero: no lease)
 }
 
 // Workload is a fleet of simulated workers plus the reaper and the refill
@@ -46,7 +47,11 @@ type Workload struct {
 	nextID   int
 	refilled atomic.Int64
 	consumed atomic.Int64 // ids committed for the first time: what a keep-up producer replaces
-	base     Snapshot     // subtracted by Reset
+	// recoveryWait is the longest time a crashed worker's lease had left to
+	// run (guarded by mu); vacOff, that the supervisor turned autovacuum off.
+	recoveryWait time.Duration
+	vacOff       atomic.Bool
+	base         Snapshot // subtracted by Reset
 
 	wg  sync.WaitGroup // worker goroutines
 	run startstop.Runner
@@ -135,6 +140,9 @@ func (w *Workload) supervise(ctx context.Context) {
 			}
 			w.drainExited()
 			w.reaper.Stop()
+			if w.vacOff.Load() { // leave the pool as it was found
+				w.autovacuum(dbCtx, true)
+			}
 			return
 		case <-w.changed:
 			w.reconcile(ctx, dbCtx)
@@ -194,6 +202,9 @@ func (w *Workload) reconcile(ctx, dbCtx context.Context) {
 	}
 	w.mu.Unlock()
 
+	if off := !cfg.Autovacuum; off != w.vacOff.Load() {
+		w.autovacuum(dbCtx, !off)
+	}
 	_ = w.reaper.SetConfig(cfg.reaperConfig()) // validated with the config
 	switch {
 	case cfg.Reaper && !w.reaper.Running():
@@ -201,6 +212,18 @@ func (w *Workload) reconcile(ctx, dbCtx context.Context) {
 	case !cfg.Reaper && w.reaper.Running():
 		w.reaper.Stop()
 	}
+}
+
+// autovacuum turns autovacuum on or off for the pool; a failure counts as
+// an error and is tried again at the next reconcile.
+func (w *Workload) autovacuum(ctx context.Context, on bool) {
+	if err := w.eng.SetAutovacuum(ctx, on); err != nil {
+		w.mu.Lock()
+		w.retired.errs[classify(err)]++
+		w.mu.Unlock()
+		return
+	}
+	w.vacOff.Store(!on)
 }
 
 // retire folds a finished worker's figures into the totals and forgets it.
@@ -237,7 +260,12 @@ func (w *Workload) leak(leases []engine.Lease) {
 	now := time.Now()
 	w.mu.Lock()
 	for _, l := range leases {
-		w.leaked[l.ID] = LeakedLease{ID: l.ID, Token: l.Token, DiedAt: now}
+		ll := LeakedLease{ID: l.ID, Token: l.Token, DiedAt: now}
+		if l.LeasedUntil != nil {
+			ll.Until = *l.LeasedUntil
+			w.recoveryWait = max(w.recoveryWait, ll.Until.Sub(now))
+		}
+		w.leaked[l.ID] = ll
 	}
 	w.mu.Unlock()
 }
@@ -290,6 +318,7 @@ func (w *Workload) Forget() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	clear(w.leaked)
+	w.recoveryWait = 0
 }
 
 // Snapshot merges every worker's figures. It takes each worker's own lock
@@ -303,6 +332,12 @@ func (w *Workload) Snapshot() Snapshot {
 	shards := w.shardsLocked()
 	running, stopping := len(w.workers), len(w.leaving)
 	dead := len(w.leaked)
+	now := time.Now()
+	var oldest time.Duration
+	for _, l := range w.leaked {
+		oldest = max(oldest, now.Sub(l.DiedAt))
+	}
+	recovery := w.recoveryWait
 	base := w.base
 	w.mu.Unlock()
 	for _, s := range shards {
@@ -318,6 +353,9 @@ func (w *Workload) Snapshot() Snapshot {
 		Conflicts: w.eng.Stats().OptimisticConflicts, Errors: map[string]int64{},
 		AcquireLatency: latency(t.acquire), CycleLatency: latency(t.cycle), RecentAcquireLatency: latency(t.recent),
 		Leaked: dead, Reclaimed: rs.Reclaimed, ReaperMaxLag: rs.MaxLag, Refilled: w.refilled.Load(),
+		Transferred: t.c[cTransferred], OldHolderRejections: t.c[cOldHolder], PastExpiry: t.c[cPastExpiry],
+		AcksLost: t.c[cAckLost], Replayed: t.c[cReplayed], DuplicatesFreshID: t.c[cDupFresh], DuplicatesStableID: t.c[cDupStable],
+		DeadOldest: oldest, RecoveryWait: recovery, AutovacuumOff: w.vacOff.Load(),
 	}
 	for i, n := range t.errs {
 		s.Errors[errClassNames[i]] = n
@@ -334,6 +372,7 @@ func (w *Workload) Reset() {
 	w.base = s.plus(b)
 	w.retired.acquire.Reset()
 	w.retired.cycle.Reset()
+	w.recoveryWait = 0
 	shards := w.shardsLocked()
 	w.mu.Unlock()
 	for _, sh := range shards {
@@ -371,6 +410,13 @@ func (s Snapshot) minus(b Snapshot) Snapshot {
 	s.Conflicts -= b.Conflicts
 	s.Reclaimed -= b.Reclaimed
 	s.Refilled -= b.Refilled
+	s.Transferred -= b.Transferred
+	s.OldHolderRejections -= b.OldHolderRejections
+	s.PastExpiry -= b.PastExpiry
+	s.AcksLost -= b.AcksLost
+	s.Replayed -= b.Replayed
+	s.DuplicatesFreshID -= b.DuplicatesFreshID
+	s.DuplicatesStableID -= b.DuplicatesStableID
 	for k, v := range b.Errors {
 		s.Errors[k] -= v
 	}
@@ -500,16 +546,29 @@ func (wk *worker) cycle(ctx context.Context, n int) (crashed bool) {
 		wk.w.leak(leases)
 		return true
 	}
-	if cfg.PauseRate > 0 && wk.rng.Float64() < cfg.PauseRate {
+	// A worker that checks its fence in the application freezes between
+	// the check and the write; the others before their task.
+	paused := cfg.PauseRate > 0 && wk.rng.Float64() < cfg.PauseRate
+	inApp := cfg.Fencing && cfg.FenceInApp
+	if paused {
 		s.add(cPauses, 1)
-		wk.sleep(cfg.PauseLength) // frozen: no renewal, then wakes up believing it still owns the ids
+		if !inApp {
+			wk.sleep(cfg.PauseLength) // frozen: no renewal, then wakes up believing it still owns the ids
+		}
 	}
 	leases = wk.work(ctx, cfg, leases)
 	if wk.stopping() || (cfg.FailRate > 0 && wk.rng.Float64() < cfg.FailRate) {
 		wk.release(ctx, leases)
 		return false
 	}
-	wk.commit(ctx, cfg, leases, n)
+	if cfg.ClockSkew > 0 {
+		leases = wk.byLocalClock(ctx, cfg, leases)
+	}
+	if cfg.TransferRate > 0 && wk.rng.Float64() < cfg.TransferRate {
+		wk.transfer(ctx, cfg, leases, n)
+	} else {
+		wk.commit(ctx, cfg, leases, n, paused && inApp)
+	}
 	s.observe(&s.cycle, time.Since(start))
 	s.add(cCycles, 1)
 	return false
@@ -522,7 +581,8 @@ func (wk *worker) work(ctx context.Context, cfg *Config, leases []engine.Lease) 
 	if cfg.Task > 0 {
 		left = time.Duration(math.Min(wk.rng.ExpFloat64(), 10) * float64(cfg.Task))
 	}
-	step := time.Duration(float64(cfg.TTL) * cfg.RenewAt)
+	// A clock running behind judges the renewal due that much later.
+	step := time.Duration(float64(cfg.TTL)*cfg.RenewAt) + cfg.ClockSkew
 	for left > 0 {
 		d := left
 		renew := cfg.Renew && cfg.Lease && left > step
@@ -569,10 +629,10 @@ func (wk *worker) release(ctx context.Context, leases []engine.Lease) {
 	}
 }
 
-func (wk *worker) commit(ctx context.Context, cfg *Config, leases []engine.Lease, cycle int) {
+func (wk *worker) commit(ctx context.Context, cfg *Config, leases []engine.Lease, cycle int, pauseAfterCheck bool) {
 	s := wk.shard
 	reqID := func(l engine.Lease) string { return fmt.Sprintf("%s-%d-%d", wk.name, cycle, l.ID) }
-	if cfg.BatchCommit && cfg.Fencing && len(leases) > 1 {
+	if cfg.BatchCommit && cfg.Fencing && !cfg.FenceInApp && cfg.AckLoss == 0 && len(leases) > 1 {
 		items := make([]engine.CommitItem, len(leases))
 		for i, l := range leases {
 			items[i] = engine.CommitItem{ID: l.ID, Token: l.Token, RequestID: reqID(l)}
@@ -588,8 +648,29 @@ func (wk *worker) commit(ctx context.Context, cfg *Config, leases []engine.Lease
 		return
 	}
 	for _, l := range leases {
-		res, err := wk.w.eng.LeaseCommit(ctx, &engine.LeaseCommitParams{
-			ID: l.ID, Token: l.Token, Holder: wk.name, RequestID: reqID(l), NoFence: !cfg.Fencing})
+		res, err := wk.commitOne(ctx, cfg, l, wk.name, reqID(l), pauseAfterCheck)
+		wk.countCommit(err, res.PriorEffects)
+		if err != nil || res.Replayed || cfg.AckLoss == 0 || wk.rng.Float64() >= cfg.AckLoss {
+			continue
+		}
+		// The effect is written but the answer is lost: the worker is told
+		// the commit failed and tries again, with the same request id or a
+		// fresh one.
+		s.add(cAckLost, 1)
+		retryID := reqID(l)
+		if !cfg.StableRequestID {
+			retryID += "-retry"
+		}
+		res, err = wk.commitOne(ctx, cfg, l, wk.name, retryID, false)
+		switch {
+		case err == nil && res.Replayed:
+			s.add(cReplayed, 1)
+			continue // the ledger answered from the first commit: nothing new to count
+		case err == nil && res.PriorEffects > 0 && cfg.StableRequestID:
+			s.add(cDupStable, 1)
+		case err == nil && res.PriorEffects > 0:
+			s.add(cDupFresh, 1)
+		}
 		wk.countCommit(err, res.PriorEffects)
 	}
 }
@@ -604,7 +685,7 @@ func (wk *worker) countCommit(err error, prior int) {
 		} else {
 			wk.w.consumed.Add(1)
 		}
-	case engine.IsRejected(err):
+	case rejected(err):
 		s.add(cFenced, 1)
 	default:
 		s.fail(err)

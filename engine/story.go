@@ -1,0 +1,99 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// LeaseCheckParams are the inputs of LeaseCheck.
+type LeaseCheckParams struct {
+	ID    int64
+	Token int64
+}
+
+// sqlLeaseCheck reads whether (id, token) is the live lease right now, by
+// the database clock. It changes nothing.
+const sqlLeaseCheck = `
+SELECT lease_token = $2 AND status = 'PENDING' AND (leased_until IS NULL OR leased_until > clock_timestamp())
+FROM resource_pool WHERE id = $1`
+
+// LeaseCheck reports whether the lease (ID, Token) is still current. It is
+// a read, not a fence: the answer may be stale by the time the caller acts
+// on it (a pause between the check and the write lets a zombie through).
+// The workload uses it to show why the fence belongs in the write itself.
+func (e *Engine) LeaseCheck(ctx context.Context, p *LeaseCheckParams) (bool, error) {
+	if err := checkLeaseRef(p.ID, p.Token); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := e.db.QueryRow(ctx, sqlLeaseCheck, p.ID, p.Token).Scan(&ok)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, &LeaseError{Op: "check", ID: p.ID, Err: ErrNotFound}
+	}
+	if err != nil {
+		return false, dbError(fmt.Sprintf("check id %d", p.ID), err)
+	}
+	return ok, nil
+}
+
+// sqlPoolLeaves lists the tables that hold the pool's rows: the pool itself,
+// or its partitions when it is partitioned (storage parameters such as
+// autovacuum_enabled live on the leaves).
+const sqlPoolLeaves = `SELECT oid::regclass::text FROM pg_class WHERE oid IN (` + sqlLeafOIDs + `)`
+
+// sqlLeafOIDs are the oids of the tables that hold rows: pg_partition_tree
+// lists the leaves of a partitioned pool and nothing for a plain table.
+const sqlLeafOIDs = `
+SELECT oid FROM pg_class WHERE oid = 'resource_pool'::regclass AND relkind = 'r'
+UNION SELECT relid FROM pg_partition_tree('resource_pool'::regclass) WHERE isleaf`
+
+// SetAutovacuum turns autovacuum off (on = false) or back to the server's
+// setting (on = true, by resetting the table's own) for the pool table and
+// its partitions. Only for a pool pooltop made: the callers check.
+func (e *Engine) SetAutovacuum(ctx context.Context, on bool) error {
+	rows, err := e.db.Query(ctx, sqlPoolLeaves)
+	if err != nil {
+		return fmt.Errorf("autovacuum: list the pool's tables: %w", err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("autovacuum: list the pool's tables: %w", err)
+	}
+	set := "SET (autovacuum_enabled = false)"
+	if on {
+		set = "RESET (autovacuum_enabled)"
+	}
+	for _, t := range tables {
+		// t comes from regclass output: already quoted as an identifier.
+		if _, err := e.db.Exec(ctx, "ALTER TABLE "+t+" "+set); err != nil {
+			return fmt.Errorf("autovacuum: ALTER TABLE %s %s: %w", t, set, err)
+		}
+	}
+	return nil
+}
+
+// sqlVacuumState reads, over the pool's tables, whether autovacuum is off
+// for any of them and how many dead tuples the statistics count.
+const sqlVacuumState = `
+SELECT coalesce(bool_or(c.reloptions::text[] @> ARRAY['autovacuum_enabled=false']), false),
+       coalesce(sum(pg_stat_get_dead_tuples(c.oid)), 0)::bigint
+FROM pg_class c WHERE c.oid IN (` + sqlLeafOIDs + `)`
+
+// VacuumState is what the vacuum-off story reads from the pool's tables.
+type VacuumState struct {
+	AutovacuumOff bool  `json:"autovacuum_off"`
+	DeadTuples    int64 `json:"dead_tuples"`
+}
+
+// Vacuum reads whether autovacuum is off for the pool and its dead tuples
+// (from the statistics, which lag the writes by up to a second or so).
+func (e *Engine) Vacuum(ctx context.Context) (VacuumState, error) {
+	var v VacuumState
+	if err := e.db.QueryRow(ctx, sqlVacuumState).Scan(&v.AutovacuumOff, &v.DeadTuples); err != nil {
+		return v, fmt.Errorf("read the pool's vacuum state: %w", err)
+	}
+	return v, nil
+}
