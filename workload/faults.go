@@ -302,6 +302,9 @@ WHERE application_name = 'pooltop-work' AND random() < 0.5`).Scan(&cut)
 	ops := hist.Ops()
 	for _, k := range kids {
 		h, err := ReadHistoryFile(k.history)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // killed before it recorded anything
+		}
 		if err != nil {
 			return sum, fmt.Errorf("read the history of %s: %w", k.name, err)
 		}
