@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -237,15 +238,18 @@ func (o *chaosOptions) runFaults(ctx context.Context, g *globals) error {
 	if o.changed("workers") {
 		workers = o.workers
 	}
+	// The worker processes' stderr and the campaign's lines share one
+	// writer, a line at a time.
+	errw := &lockedWriter{w: g.stderr}
 	c := &workload.Campaign{Faults: o.kind, Processes: o.procs, Duration: o.duration, Every: o.every, Seed: o.seed, Scenario: o.sc,
 		Pool: d.pool, Crash: d.embedded.Crash,
 		Spawn: func(name, history string) *exec.Cmd {
 			cmd := exec.Command(bin, "work", "--dsn", d.dsn, "--schema", g.schema, "--name", name, "--scenario", o.sc.Name,
 				"--workers", strconv.Itoa(workers), "--heartbeat", "250ms", "--no-reaper", "--json", "--history", history)
-			cmd.Env, cmd.Stdout, cmd.Stderr = workload.WorkEnv(), io.Discard, g.stderr
+			cmd.Env, cmd.Stdout, cmd.Stderr = workload.WorkEnv(), io.Discard, errw
 			return cmd
 		},
-		Progress: func(s string) { fmt.Fprintf(g.stderr, "chaos: %s\n", s) },
+		Progress: func(s string) { fmt.Fprintf(errw, "chaos: %s\n", s) },
 	}
 	fmt.Fprintf(g.stderr, "chaos: %s with %d processes of %d workers for %v on %d ids (seed %d)\n", o.faults, o.procs, workers, o.duration, o.poolSize, o.seed)
 	sum, err := c.Run(ctx)
@@ -277,4 +281,16 @@ func (o *chaosOptions) runFaults(ctx context.Context, g *globals) error {
 		return violationError{fmt.Errorf("chaos --faults %s: %d invariant(s) violated: %s", o.faults, len(sum.Violations), strings.Join(sum.Violations, "; "))}
 	}
 	return nil
+}
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -304,7 +304,7 @@ func TestConcurrentMigrateAndIdempotence(t *testing.T) {
 	wg.Wait()
 	for _, r := range results {
 		r.must(t)
-		if v := decode[map[string]any](t, r.stdout); v["version"] != float64(1) {
+		if v := decode[map[string]any](t, r.stdout); v["version"] != float64(2) {
 			t.Fatalf("version %v", v["version"])
 		}
 	}

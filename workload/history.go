@@ -29,6 +29,9 @@ type HistoryCheck struct {
 	// acknowledged commit is in the ledger at the end.
 	Linearizable bool    `json:"linearizable"`
 	Bad          []int64 `json:"bad_ids"`  // ids whose history no order explains (at most 10)
+	// Example is the history of the first of them, with its final state,
+	// in call order: what to read first.
+	Example []engine.HistoryOp `json:"example,omitempty"`
 	Timeout      int     `json:"timeouts"` // ids the checker gave up on
 }
 
@@ -96,6 +99,9 @@ func CheckHistory(ctx context.Context, eng *engine.Engine, ops []engine.HistoryO
 	var last int64
 	c := HistoryCheck{Ops: len(ops), Bad: []int64{}}
 	for _, op := range ops {
+		if op.Return == 0 { // a call that never got its answer line
+			op.Outcome = engine.OutcomeUnknown
+		}
 		byID[op.ID] = append(byID[op.ID], op)
 		last = max(last, op.Call, op.Return)
 		if op.Return == 0 {
@@ -136,6 +142,10 @@ func CheckHistory(ctx context.Context, eng *engine.Engine, ops []engine.HistoryO
 		case porcupine.Ok:
 		case porcupine.Illegal:
 			c.Linearizable = false
+			if len(c.Bad) == 0 {
+				c.Example = append(append([]engine.HistoryOp(nil), byID[id]...), f)
+				sort.Slice(c.Example, func(i, j int) bool { return c.Example[i].Call < c.Example[j].Call })
+			}
 			if len(c.Bad) < 10 {
 				c.Bad = append(c.Bad, id)
 			}

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/anishathalye/porcupine"
@@ -43,5 +44,23 @@ func TestRegisterModel(t *testing.T) {
 		if got := porcupine.CheckOperations(model, c.h); got != c.ok {
 			t.Errorf("%s: linearizable %v, want %v", c.name, got, c.ok)
 		}
+	}
+}
+
+// A history file as a killed process leaves it: the call line of its last
+// commit, no answer; half a line at the end. The call is read as an
+// operation with no answer.
+func TestReadHistoryOfAKilledProcess(t *testing.T) {
+	file := `{"seq":1,"kind":"acquire","id":7,"call":10,"return":20,"outcome":"ok","new_token":1}
+{"seq":2,"kind":"commit","id":7,"token":1,"request":"r","call":30}
+{"seq":3,"kind":"release","id":8,"token":1,"call":31}
+{"seq":3,"kind":"release","id":8,"token":1,"call":31,"return":40,"outcome":"ok","new_token":2}
+{"seq":4,"kind":"comm`
+	ops, err := ReadHistory(strings.NewReader(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ops) != 3 || ops[1].Kind != "commit" || ops[1].Return != 0 || ops[2].Outcome != "ok" || ops[2].Return != 40 {
+		t.Fatalf("read %+v", ops)
 	}
 }

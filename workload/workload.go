@@ -649,6 +649,18 @@ func (wk *worker) commit(ctx context.Context, cfg *Config, leases []engine.Lease
 	}
 	for _, l := range leases {
 		res, err := wk.commitOne(ctx, cfg, l, wk.name, reqID(l), pauseAfterCheck)
+		// No answer (the connection was cut, the server restarted): the
+		// commit may or may not have happened. Try again with the same
+		// request id, backing off, as an application with an idempotency
+		// key does: the ledger replays it if it happened, the fence
+		// refuses it if the lease has passed meanwhile.
+		for try := 0; err != nil && classify(err) == ErrClassConn && try < 8; try++ {
+			s.add(cAckLost, 1)
+			wk.sleep(wk.backoff(err))
+			if res, err = wk.commitOne(ctx, cfg, l, wk.name, reqID(l), false); err == nil && res.Replayed {
+				s.add(cReplayed, 1)
+			}
+		}
 		wk.countCommit(err, res.PriorEffects)
 		if err != nil || res.Replayed || cfg.AckLoss == 0 || wk.rng.Float64() >= cfg.AckLoss {
 			continue
