@@ -28,11 +28,11 @@ type HistoryCheck struct {
 	// committed at most once (a replay of the same request aside), and an
 	// acknowledged commit is in the ledger at the end.
 	Linearizable bool    `json:"linearizable"`
-	Bad          []int64 `json:"bad_ids"`  // ids whose history no order explains (at most 10)
+	Bad          []int64 `json:"bad_ids"` // ids whose history no order explains (at most 10)
 	// Example is the history of the first of them, with its final state,
 	// in call order: what to read first.
 	Example []engine.HistoryOp `json:"example,omitempty"`
-	Timeout      int     `json:"timeouts"` // ids the checker gave up on
+	Timeout int                `json:"timeouts"` // ids the checker gave up on
 }
 
 // registerState is one id's lease register as the model knows it: a lower
