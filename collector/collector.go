@@ -400,10 +400,12 @@ FROM pg_index i WHERE i.indrelid = $1 AND i.indpred IS NOT NULL AND i.indisvalid
 
 // Info describes the server and table for the dashboard's header.
 type Info struct {
-	Host, Database, User string
-	Version              string
-	Table                string
-	Monitor              bool
+	Host     string `json:"host"`
+	Database string `json:"database"`
+	User     string `json:"user"`
+	Version  string `json:"server_version"`
+	Table    string `json:"table"`
+	Monitor  bool   `json:"pg_monitor"`
 }
 
 // Info returns what the header shows. It never includes the password.
