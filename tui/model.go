@@ -59,6 +59,9 @@ type Options struct {
 	Scenario string
 	// Now is the clock; tests pin it so the view is reproducible.
 	Now func() time.Time
+	// Replay, when set, is the recording Source plays: the dashboard shows
+	// REPLAY and the recorded time, and its keys move the play head.
+	Replay Player
 }
 
 // messages
@@ -70,6 +73,11 @@ type (
 		err    error
 		series map[string][]collector.Point
 		events []collector.Event
+		// In a replay: seek says a key moved the play head (not the play
+		// loop); head and index are the snapshot's time and index.
+		seek  bool
+		head  time.Time
+		index int
 	}
 	knobMsg struct {
 		cfg workload.Config
@@ -144,7 +152,16 @@ type Model struct {
 	action      string
 
 	chartCache chartCache
+	// window is the charts' time span, an index of chartWindows.
+	window int
+
+	replay     replay
+	replayKeys replayKeys
 }
+
+// chartWindows are the charts' time spans the window key steps through:
+// 0 is as much as the width shows at two samples a cell.
+var chartWindows = []time.Duration{0, time.Minute, 15 * time.Minute, time.Hour}
 
 // New builds the model. It reads the workload's knobs once; afterwards the
 // model keeps its own copy, updated from every change it makes.
@@ -165,6 +182,11 @@ func New(o Options) Model {
 		opts: o, info: o.Source.Info(), keys: newKeyMap(o.Knobs != nil), help: help.New(),
 		styles: newStyles(o.Color), interval: o.Interval, started: o.Now(), series: map[string][]collector.Point{},
 		scenario: -1,
+	}
+	m.replayKeys = newReplayKeys(m.keys)
+	if o.Replay != nil {
+		first, _, _ := o.Replay.Bounds()
+		m.replay = replay{playing: true, speed: 2, at: first}
 	}
 	m.help.Styles.ShortKey, m.help.Styles.FullKey = m.styles.HelpKey, m.styles.HelpKey
 	m.help.Styles.ShortDesc, m.help.Styles.FullDesc = m.styles.HelpDesc, m.styles.HelpDesc
@@ -223,9 +245,19 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		if msg.gen != m.gen || m.inFlight {
 			return m, nil // stale: the interval changed, or a poll is still out
 		}
+		if m.opts.Replay != nil {
+			if m.snap == nil { // the first snapshot
+				m.inFlight = true
+				return m, seekCmd(m.opts.Source, m.opts.Replay, m.gen, true, func(Player) {})
+			}
+			return m.replayTicked()
+		}
 		m.inFlight = true
 		return m, pollCmd(m.opts.Source, m.gen, m.interval+5*time.Second)
 	case pollMsg:
+		if m.opts.Replay != nil {
+			return m.replayed(msg)
+		}
 		m.inFlight = false
 		if m.paused {
 			m.held = &msg
@@ -304,6 +336,17 @@ func (m *Model) apply(msg pollMsg) {
 
 func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	k := m.keys
+	if m.opts.Replay != nil && (m.replay.prompting || !m.filtering) {
+		if mm, cmd, ok := m.replayKey(msg); ok {
+			mm.cacheCharts()
+			return mm, cmd
+		}
+	}
+	if key.Matches(msg, k.Window) && !m.filtering {
+		m.window = (m.window + 1) % len(chartWindows)
+		m.cacheCharts()
+		return m, nil
+	}
 	if m.confirm == nil { // a pending confirmation takes the next key
 		if mm, ok := m.sessionKey(msg); ok {
 			return mm, nil
