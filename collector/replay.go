@@ -66,6 +66,9 @@ func (r *Replay) advance(i int) {
 		}
 		addPoints(s, rawOf(s), prev, func(name string, v float64) { r.series[name].Add(Point{s.Time, v}) })
 		for _, e := range s.Events {
+			if e.Since.IsZero() {
+				e.Since = e.Time // not recorded: a count event starts where it is
+			}
 			r.events.add(e)
 		}
 	}
