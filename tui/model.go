@@ -73,11 +73,6 @@ type (
 		err    error
 		series map[string][]collector.Point
 		events []collector.Event
-		// In a replay: seek says a key moved the play head (not the play
-		// loop); head and index are the snapshot's time and index.
-		seek  bool
-		head  time.Time
-		index int
 	}
 	knobMsg struct {
 		cfg workload.Config
@@ -246,18 +241,11 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			return m, nil // stale: the interval changed, or a poll is still out
 		}
 		if m.opts.Replay != nil {
-			if m.snap == nil { // the first snapshot
-				m.inFlight = true
-				return m, seekCmd(m.opts.Source, m.opts.Replay, m.gen, true, func(Player) {})
-			}
 			return m.replayTicked()
 		}
 		m.inFlight = true
 		return m, pollCmd(m.opts.Source, m.gen, m.interval+5*time.Second)
 	case pollMsg:
-		if m.opts.Replay != nil {
-			return m.replayed(msg)
-		}
 		m.inFlight = false
 		if m.paused {
 			m.held = &msg

@@ -79,20 +79,21 @@ func (k replayKeys) FullHelp() [][]key.Binding {
 		{k.all.Window, k.all.Up, k.all.Order, k.all.Filter}}
 }
 
-// seekCmd moves the play head in a command and reads what is there.
-// tick says it is the play loop's own move, which re-arms the loop.
-func seekCmd(src Source, p Player, gen int, tick bool, move func(Player)) tea.Cmd {
-	return func() tea.Msg {
-		move(p)
-		msg := pollMsg{gen: gen, series: make(map[string][]collector.Point, len(chartSeries)), seek: !tick}
-		msg.snap, msg.err = src.Poll(context.Background()) // a replay reads memory
-		for _, n := range chartSeries {
-			msg.series[n] = src.Series(n)
-		}
-		msg.events = src.Events()
-		msg.head, msg.index = p.Head()
-		return msg
+// move moves the play head and shows what is there. It runs on the UI
+// goroutine, unlike a poll: a replay reads memory (a seek back rebuilds an
+// hour of series in a few milliseconds), and moves made in the order of
+// the keys can never land out of order.
+func (m *Model) move(how func(Player)) {
+	p, src := m.opts.Replay, m.opts.Source
+	how(p)
+	msg := pollMsg{gen: m.gen, series: make(map[string][]collector.Point, len(chartSeries))}
+	msg.snap, msg.err = src.Poll(context.Background())
+	for _, n := range chartSeries {
+		msg.series[n] = src.Series(n)
 	}
+	msg.events = src.Events()
+	_, m.replay.index = p.Head()
+	m.apply(msg)
 }
 
 // replayTickCmd schedules the play loop's next move.
@@ -103,18 +104,20 @@ func (m Model) replayTickCmd() tea.Cmd {
 
 // replayTicked moves a playing replay on by a tick at its speed.
 func (m Model) replayTicked() (Model, tea.Cmd) {
-	p, r := m.opts.Replay, &m.replay
-	_, last, _ := p.Bounds()
-	if !r.playing {
-		return m, m.replayTickCmd()
+	r := &m.replay
+	if m.snap == nil {
+		m.move(func(Player) {}) // the first snapshot
 	}
-	r.at = r.at.Add(time.Duration(float64(replayTick) * replaySpeeds[r.speed]))
-	if !r.at.Before(last) {
-		r.at, r.playing = last, false
+	if r.playing {
+		_, last, _ := m.opts.Replay.Bounds()
+		r.at = r.at.Add(time.Duration(float64(replayTick) * replaySpeeds[r.speed]))
+		if !r.at.Before(last) {
+			r.at, r.playing = last, false
+		}
+		at := r.at
+		m.move(func(p Player) { p.Seek(at) })
 	}
-	at := r.at
-	m.inFlight = true
-	return m, seekCmd(m.opts.Source, p, m.gen, true, func(p Player) { p.Seek(at) })
+	return m, m.replayTickCmd()
 }
 
 // replayKey handles the keys of the replay; ok is false for the others.
@@ -124,7 +127,8 @@ func (m Model) replayKey(msg tea.KeyMsg) (Model, tea.Cmd, bool) {
 	seek := func(t time.Time) tea.Cmd {
 		t = clampTime(t, first, last)
 		r.at = t
-		return seekCmd(m.opts.Source, p, m.gen, false, func(p Player) { p.Seek(t) })
+		m.move(func(p Player) { p.Seek(t) })
+		return nil
 	}
 	if r.prompting {
 		switch msg.Type {
@@ -167,7 +171,9 @@ func (m Model) replayKey(msg tea.KeyMsg) (Model, tea.Cmd, bool) {
 			n = -1
 		}
 		r.playing = false
-		return m, seekCmd(m.opts.Source, p, m.gen, false, func(p Player) { p.Step(n) }), true
+		m.move(func(p Player) { p.Step(n) })
+		r.at, _ = p.Head()
+		return m, nil, true
 	case key.Matches(msg, k.Minus):
 		return m, seek(r.at.Add(-time.Minute)), true
 	case key.Matches(msg, k.Plus):
@@ -245,23 +251,4 @@ func (m Model) replayStatus() string {
 		return m.styles.Alert.Render(" " + sanitize(r.msg) + " ")
 	}
 	return ""
-}
-
-// replayed takes a replay's snapshot into the model. A move by the play
-// loop re-arms the loop; one begun before a key moved the play head (an
-// older generation) is dropped.
-func (m Model) replayed(msg pollMsg) (Model, tea.Cmd) {
-	if msg.seek {
-		m.gen++ // a play-loop move in flight is now stale
-		m.replay.at = msg.head
-		m.replay.index = msg.index
-		m.apply(msg)
-		return m, nil
-	}
-	m.inFlight = false
-	if msg.gen == m.gen {
-		m.replay.index = msg.index
-		m.apply(msg)
-	}
-	return m, m.replayTickCmd()
 }

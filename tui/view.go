@@ -155,11 +155,11 @@ func (m Model) viewHeader(w int) string {
 	up := m.now().Sub(m.started).Round(time.Second)
 	parts := []string{"pooltop " + m.opts.Mode, where, sanitize(i.Table), "PG " + sanitize(strings.Fields(i.Version + " ?")[0]),
 		"up " + up.String(), "poll " + m.interval.String()}
-	if m.opts.Replay != nil {
-		parts = append(parts[:4], m.replayHeader())
-	}
 	if w := chartWindows[m.window]; w > 0 {
 		parts = append(parts, "charts "+strings.TrimSuffix(strings.TrimSuffix(w.String(), "0s"), "0m"))
+	}
+	if m.opts.Replay != nil { // what is replayed first, then from where
+		parts = append([]string{parts[0], m.replayHeader()}, append(parts[6:], parts[1:4]...)...)
 	}
 	left := m.styles.Header.Render(pad(" "+strings.Join(parts, " │ "), w))
 	var active []string
