@@ -25,8 +25,8 @@ func recording(t *testing.T) *collector.Replay {
 			wait = 250
 		}
 		rec.Snapshots = append(rec.Snapshots, collector.Snapshot{
-			Time: t0.Add(time.Duration(i) * time.Second),
-			Pool: collector.Pool{Unused: int64(50_000 - 100*i), Pending: 7, Consumed: int64(100 * i), Total: 50_007, Estimated: []string{}},
+			Time:          t0.Add(time.Duration(i) * time.Second),
+			Pool:          collector.Pool{Unused: int64(50_000 - 100*i), Pending: 7, Consumed: int64(100 * i), Total: 50_007, Estimated: []string{}},
 			LockWaitMaxMS: wait, DeadTuples: int64(10 * i), Waiters: []collector.Waiter{}, Blockers: []collector.Blocker{}, BurnPerS: 100,
 			Alerts: []collector.Alert{{Name: collector.AlertLockWait, Active: raised, Message: "longest lock wait"}},
 		})
