@@ -6,6 +6,8 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -229,5 +231,65 @@ func TestListenAddr(t *testing.T) {
 		if got, err := listenAddr(in); err != nil || got != want {
 			t.Errorf("listenAddr(%q) = %q, %v; want %q", in, got, err, want)
 		}
+	}
+}
+
+// The demo serves its workload's counters as _total counters, at the
+// values of the snapshot it recorded from the same poll.
+func TestDemoMetricsCarryTheWorkloadCounters(t *testing.T) {
+	t.Parallel()
+	schema := scratch(t)
+	file := filepath.Join(t.TempDir(), "demo.ndjson")
+	b := start(t, "--dsn", pgtest.DSN(), "--schema", schema, "--headless", "--interval", "60s", "--pool-size", "2000",
+		"--listen", "127.0.0.1:0", "--record", file)
+	url := b.metricsAt(t)
+	pgtest.Eventually(t, "the first poll", 30*time.Second, func() bool { return strings.Contains(b.stdout.String(), "\n") })
+	fams := scrape(t, url)
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := lines(raw)
+	if len(ls) != 2 {
+		t.Fatalf("recording of %d lines, want the header and one snapshot", len(ls))
+	}
+	s := decode[collector.Snapshot](t, string(ls[1]))
+	if s.Workload == nil {
+		t.Fatal("the demo's snapshot has no workload")
+	}
+	w := s.Workload
+	for name, want := range map[string]int64{
+		"pooltop_workload_acquires_total": w.Acquired, "pooltop_workload_commits_total": w.Committed,
+		"pooltop_workload_fenced_rejections_total": w.FencedRejections, "pooltop_workload_double_finalizations_total": w.DoubleFinalizations,
+		"pooltop_workload_crashes_total": w.Crashes, "pooltop_workload_reclaimed_total": w.Reclaimed, "pooltop_workload_cycles_total": w.Cycles,
+	} {
+		if v, typ, ok := value(fams, name); !ok || typ != dto.MetricType_COUNTER || v != float64(want) {
+			t.Errorf("%s = %v (%v, present %v), want a counter at %d", name, v, typ, ok, want)
+		}
+	}
+	if v, _, ok := value(fams, "pooltop_pool_ids", "state=unused"); !ok || v != float64(s.Pool.Unused) {
+		t.Errorf("unused %v, recorded %d", v, s.Pool.Unused)
+	}
+	if code := b.stop(); code != exitOK {
+		t.Fatalf("demo exit %d: %s", code, b.stderr.String())
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{"4096": 4096, "500KiB": 500 << 10, "64MiB": 64 << 20, "1g": 1 << 30, "2 MB": 2 << 20} {
+		var b byteSize
+		if err := b.Set(in); err != nil || int64(b) != want {
+			t.Errorf("%q: %d, %v; want %d", in, b, err, want)
+		}
+	}
+	for _, bad := range []string{"", "lots", "-1MiB", "1.5MiB", "99999999999GiB"} {
+		var b byteSize
+		if err := b.Set(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	if s := byteSize(64 << 20).String(); s != "64MiB" {
+		t.Errorf("64 MiB prints as %s", s)
 	}
 }
