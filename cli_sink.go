@@ -241,7 +241,7 @@ func (t *tapped) Poll(ctx context.Context) (collector.Snapshot, error) {
 			t.recErr = err
 		}
 		if t.recErr != nil {
-			s.Limits = append(s.Limits, "recording stopped: "+t.g.redact(t.recErr.Error()))
+			s.Limits = append(slices.Clip(s.Limits), "recording stopped: "+t.g.redact(t.recErr.Error()))
 		}
 		t.mu.Unlock()
 	}

@@ -152,6 +152,9 @@ func (m Model) viewHeader(w int) string {
 	if m.opts.Server != "" {
 		where = sanitize(m.opts.Server)
 	}
+	if m.opts.Replay != nil && i.Host == "" {
+		where = "(recorded without a header: server unknown)"
+	}
 	up := m.now().Sub(m.started).Round(time.Second)
 	parts := []string{"pooltop " + m.opts.Mode, where, sanitize(i.Table), "PG " + sanitize(strings.Fields(i.Version + " ?")[0]),
 		"up " + up.String(), "poll " + m.interval.String()}
