@@ -31,7 +31,10 @@ func NewReplay(rec Recording, history int) (*Replay, error) {
 	if len(rec.Snapshots) == 0 {
 		return nil, errors.New("the recording holds no snapshot")
 	}
-	r := &Replay{snaps: rec.Snapshots, history: max(history, 1)}
+	// In time order, whatever order the files were given in (FILE FILE.1).
+	snaps := append([]Snapshot(nil), rec.Snapshots...)
+	sort.SliceStable(snaps, func(i, j int) bool { return snaps[i].Time.Before(snaps[j].Time) })
+	r := &Replay{snaps: snaps, history: max(history, 1)}
 	if rec.Header != nil {
 		r.info = rec.Header.Source
 	}
@@ -60,8 +63,8 @@ func (r *Replay) advance(i int) {
 		var prev *raw
 		if r.built > 0 {
 			prev = rawOf(&r.snaps[r.built-1])
-			if s.Time.Before(prev.at) {
-				prev = nil // a new run appended to the file: no rate across it
+			if s.Time.Sub(prev.at) > time.Minute+MaxInterval {
+				prev = nil // a gap between two runs: no rate across it
 			}
 		}
 		addPoints(s, rawOf(s), prev, func(name string, v float64) { r.series[name].Add(Point{s.Time, v}) })
