@@ -36,12 +36,12 @@ type sinkOptions struct {
 	addr string // --listen as host:port, made by validate
 }
 
-const listenHelp = `serve Prometheus metrics at http://ADDR/metrics from the dashboard's own polls (no extra query per scrape); ADDR is host:port, or a port alone (9187, :9187) for 127.0.0.1 only: give 0.0.0.0:9187 to listen on every interface, port 0 for any free port`
+const listenHelp = "serve Prometheus metrics at http://`ADDR`/metrics from the dashboard's own polls (no extra query per scrape); ADDR is host:port, or a port alone (9187, :9187) for 127.0.0.1 only: give 0.0.0.0:9187 to listen on every interface, port 0 for any free port"
 
 func (o *sinkOptions) addFlags(c *cobra.Command) {
 	f := c.Flags()
 	f.StringVar(&o.listen, "listen", "", listenHelp)
-	f.StringVar(&o.record, "record", "", "append every snapshot to FILE as NDJSON (the objects of --json, after a header line); replay it with pooltop replay FILE")
+	f.StringVar(&o.record, "record", "", "append every snapshot to `FILE` as NDJSON (the objects of --json, after a header line); replay it with pooltop replay FILE")
 	o.recordMax = 64 << 20
 	f.Var(&o.recordMax, "record-max", "with --record: when FILE reaches this size it is renamed FILE.1 (replacing the older FILE.1) and a new FILE begins (e.g. 500KiB, 64MiB, 1GiB)")
 }
