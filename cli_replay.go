@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -52,37 +53,50 @@ time (HH:MM:SS), h chart window (1 min, 15 min, 1 h), q quit.
 }
 
 func (o *replayOptions) run(ctx context.Context, g *globals) error {
+	headless := o.headless || !isTerminal()
 	var rec collector.Recording
+	n := 0
+	// Headless, each snapshot is printed as it is read: memory stays flat
+	// however long the recording.
+	out := bufio.NewWriter(g.stdout)
+	print := func(s collector.Snapshot, line []byte) error {
+		n++
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if g.jsonOut {
+			if _, err := out.Write(line); err != nil {
+				return err
+			}
+			return out.WriteByte('\n')
+		}
+		_, err := fmt.Fprintln(out, snapshotLine(s))
+		return err
+	}
 	for _, name := range o.files {
 		f, err := os.Open(name)
 		if err != nil {
 			return fmt.Errorf("replay: %w: give a file written by --record or by watch --headless --json", err)
 		}
-		err = collector.ReadRecording(&rec, f, name)
+		if headless {
+			err = collector.ScanRecording(f, name, func(collector.RecordingHeader) {}, print)
+		} else {
+			err = collector.ReadRecording(&rec, f, name)
+			n = len(rec.Snapshots)
+		}
 		f.Close()
+		if errors.Is(err, context.Canceled) {
+			return out.Flush()
+		}
 		if err != nil {
 			return fmt.Errorf("replay: %w", err)
 		}
 	}
-	if len(rec.Snapshots) == 0 {
+	if n == 0 {
 		return fmt.Errorf("replay: no snapshot in %v: give a file written by --record or by watch --headless --json", o.files)
 	}
-	if o.headless || !isTerminal() {
-		for i, s := range rec.Snapshots {
-			if ctx.Err() != nil {
-				return nil
-			}
-			var err error
-			if g.jsonOut {
-				_, err = g.stdout.Write(append(rec.Lines[i], '\n'))
-			} else {
-				_, err = fmt.Fprintln(g.stdout, snapshotLine(s))
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+	if headless {
+		return out.Flush()
 	}
 	rp, err := collector.NewReplay(rec, collector.DefaultHistory)
 	if err != nil {

@@ -131,26 +131,39 @@ func (r *Recorder) Close() error {
 }
 
 // Recording is a recording read back: its first header, if it has one,
-// and its snapshots with the lines they were read from.
+// and its snapshots.
 type Recording struct {
 	Header    *RecordingHeader
 	Snapshots []Snapshot
-	Lines     [][]byte // Lines[i] is the JSON of Snapshots[i], as recorded
 }
 
 // maxLine bounds a recording's line: a snapshot with many waiters and
 // long queries is a few hundred kilobytes at most.
 const maxLine = 16 << 20
 
-// ReadRecording reads a recording from r, named name in errors. It
-// appends to rec, so that several files (FILE.1, then FILE) read as one. A
-// last line cut short (pooltop killed in the middle of a write) is
-// dropped; any other line that is not a header or a snapshot is an error.
+// ReadRecording reads a recording from r, named name in errors, and
+// appends it to rec, so that several files (FILE.1, then FILE) read as one.
 func ReadRecording(rec *Recording, r io.Reader, name string) error {
+	return ScanRecording(r, name, func(h RecordingHeader) {
+		if rec.Header == nil {
+			rec.Header = &h
+		}
+	}, func(s Snapshot, _ []byte) error {
+		rec.Snapshots = append(rec.Snapshots, s)
+		return nil
+	})
+}
+
+// ScanRecording reads a recording from r, named name in errors, line by
+// line: header gets each header line, snapshot each snapshot and its line
+// as recorded (valid until it returns). A last line cut short (pooltop
+// killed in the middle of a write) is dropped; any other line that is not
+// a header or a snapshot is an error.
+func ScanRecording(r io.Reader, name string, header func(RecordingHeader), snapshot func(Snapshot, []byte) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	var bad error
-	before := len(rec.Snapshots)
+	seen := 0
 	for n := 1; sc.Scan(); n++ {
 		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 {
@@ -167,9 +180,7 @@ func ReadRecording(rec *Recording, r io.Reader, name string) error {
 			if h.Format > RecordingFormat || h.Format < 1 {
 				return fmt.Errorf("%s: recording format %d; this pooltop reads format 1 to %d: replay it with a newer pooltop", name, h.Format, RecordingFormat)
 			}
-			if rec.Header == nil {
-				rec.Header = &h
-			}
+			header(h)
 			continue
 		}
 		var s Snapshot
@@ -180,13 +191,15 @@ func ReadRecording(rec *Recording, r io.Reader, name string) error {
 			bad = fmt.Errorf("%s line %d: not a pooltop snapshot (%v): give a file written by --record or by watch --headless --json", name, n, err)
 			continue
 		}
-		rec.Snapshots = append(rec.Snapshots, s)
-		rec.Lines = append(rec.Lines, append([]byte(nil), line...))
+		seen++
+		if err := snapshot(s, line); err != nil {
+			return err
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("read %s: %w", name, err)
 	}
-	if bad != nil && len(rec.Snapshots) == before {
+	if bad != nil && seen == 0 {
 		return bad // nothing but that line: not a recording at all
 	}
 	return nil
