@@ -47,6 +47,7 @@ func TestReplayInTmux(t *testing.T) {
 	ls := lines(raw)
 	first, fourth := decode[collector.Snapshot](t, string(ls[1])), decode[collector.Snapshot](t, string(ls[4]))
 	r.press("g")
+	r.waitFor("go to (HH:MM:SS", 10*time.Second) // typed at once, g and the time would read as one key
 	r.press("-l", fmt.Sprintf("+%dms", fourth.Time.Sub(first.Time).Milliseconds()+1))
 	r.press("Enter")
 	r.waitFor("│ 4/6", 10*time.Second)
