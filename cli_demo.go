@@ -42,6 +42,7 @@ func (o *demoOptions) addFlags(c *cobra.Command, g *globals) {
 	f.DurationVar(&o.watch.interval, "interval", time.Second, "time between polls (0.25s to 60s)")
 	f.IntVar(&o.watch.count, "count", 0, "with --headless: stop after this many polls (0: until Ctrl-C)")
 	g.allowWritesFlag(c, "with --dsn: run even where pooltop did not create the pool (its ids are consumed)")
+	o.watch.sink.addFlags(c)
 }
 
 // isTerminal reports whether the dashboard can run here.
@@ -74,6 +75,9 @@ func (o *demoOptions) validate(*globals) error {
 	if err := o.watch.checkCount(); err != nil {
 		return err
 	}
+	if err := o.watch.sink.validate(); err != nil {
+		return err
+	}
 	return checkInterval(o.watch.interval)
 }
 
@@ -83,6 +87,11 @@ func (o *demoOptions) validate(*globals) error {
 // stops the workload, the reaper and the embedded server.
 func (o *demoOptions) run(ctx context.Context, g *globals) error {
 	cfg := o.cfg
+	metrics, err := o.watch.sink.serveMetrics(g)
+	if err != nil {
+		return err
+	}
+	defer metrics.close()
 	d, err := g.open(ctx, openOptions{appName: "pooltop-workload", maxConns: int32(o.maxConns), write: true, migrate: true, load: true})
 	if err != nil {
 		return err
@@ -120,6 +129,11 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 	}
 	defer col.Close()
 	st.wl, st.col = wl, col
+	src, err := o.watch.sink.tap(g, col, metrics, "demo", o.watch.interval)
+	if err != nil {
+		return err
+	}
+	defer src.close()
 
 	server := ""
 	if d.embedded != nil {
@@ -131,8 +145,8 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 			on = "on the throwaway server, DATABASE_URL=" + d.dsn
 		}
 		fmt.Fprintf(g.stderr, "pooltop demo (headless) %s; Ctrl-C stops it\n", on)
-		return runHeadless(ctx, g, col, &o.watch)
+		return runHeadless(ctx, g, src, &o.watch)
 	}
-	return tui.Run(ctx, tui.Options{Source: col, Knobs: st, Mode: "demo", Server: server, Interval: o.watch.interval,
+	return tui.Run(ctx, tui.Options{Source: src, Knobs: st, Mode: "demo", Server: server, Interval: o.watch.interval,
 		Color: useColor(), Scenario: o.sc.Name, Actions: &actor{db: d.pool, eng: d.eng, col: col}})
 }

@@ -100,6 +100,10 @@ func TestOptionsValidate(t *testing.T) {
 		{"watch a table name with two dots", func() options { return &watchOptions{} }, watched, []string{"--table", "a.b.c"}, "--table"},
 		{"watch a zero lock wait", func() options { return &watchOptions{} }, watched, []string{"--alert-lock-wait", "0"}, "--alert-lock-wait"},
 		{"watch a dead ratio above one", func() options { return &watchOptions{} }, watched, []string{"--alert-dead-ratio", "2"}, "--alert-dead-ratio"},
+		{"watch metrics on a port alone", func() options { return &watchOptions{} }, watched, []string{"--listen", "9187", "--record", "x.ndjson"}, ""},
+		{"watch metrics on a host without a port", func() options { return &watchOptions{} }, watched, []string{"--listen", "localhost"}, "--listen"},
+		{"watch metrics on a port out of range", func() options { return &watchOptions{} }, watched, []string{"--listen", ":70000"}, "--listen"},
+		{"watch a recording bound below 4KiB", func() options { return &watchOptions{} }, watched, []string{"--record", "x", "--record-max", "1KiB"}, "--record-max"},
 		{"watch a connections ratio of NaN", func() options { return &watchOptions{} }, watched, []string{"--alert-connections", "NaN"}, "--alert-connections"},
 
 		{"demo defaults", func() options { return &demoOptions{} }, globals{}, nil, ""},
@@ -108,6 +112,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"demo unknown scenario", func() options { return &demoOptions{} }, globals{}, []string{"--scenario", "nope"}, `scenario "nope"`},
 		{"demo negative workers", func() options { return &demoOptions{} }, globals{}, []string{"--workers", "-1"}, "workers"},
 		{"demo polls too often", func() options { return &demoOptions{} }, globals{}, []string{"--interval", "1ms"}, "--interval"},
+		{"demo metrics on a bad address", func() options { return &demoOptions{} }, globals{}, []string{"--listen", "a:b:c"}, "--listen"},
+		{"demo records", func() options { return &demoOptions{} }, globals{}, []string{"--record", "demo.ndjson", "--record-max", "1MiB", "--listen", ":0"}, ""},
 		{"demo negative reaper batch", func() options { return &demoOptions{} }, globals{}, []string{"--reaper-batch", "-1"}, "reaper batch"},
 	}
 	for _, c := range cases {

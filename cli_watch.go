@@ -27,6 +27,7 @@ type watchOptions struct {
 	// actions: the dashboard may cancel or terminate sessions and release
 	// a holder's expired leases (each confirmed first).
 	actions bool
+	sink    sinkOptions // --listen, --record
 
 	cfg collector.Config // the collector's, made by validate
 }
@@ -47,6 +48,7 @@ func (o *watchOptions) addFlags(c *cobra.Command, g *globals) {
 	f.Float64Var(&o.alerts.DeadRatio, "alert-dead-ratio", 0.2, "alert when dead tuples exceed this fraction of the table")
 	f.Float64Var(&o.alerts.Connections, "alert-connections", 0.9, "alert when connections exceed this fraction of max_connections")
 	g.jsonFlag(c, "with --headless: one JSON object per line")
+	o.sink.addFlags(c)
 }
 
 func (o *watchOptions) config(g *globals, dsn string) (collector.Config, error) {
@@ -139,7 +141,9 @@ recount spread over several polls instead of one exact count: an exact
 count of a ten-million-row pool takes seconds and slows the workers.
 
   pooltop watch --dsn postgres://… --table public.resource_pool
-  pooltop watch --dsn … --headless --json --count 10 --interval 1s`,
+  pooltop watch --dsn … --headless --json --count 10 --interval 1s
+  pooltop watch --dsn … --listen 9187          # Prometheus at 127.0.0.1:9187/metrics
+  pooltop watch --dsn … --record pool.ndjson   # then: pooltop replay pool.ndjson`,
 	})
 }
 
@@ -149,6 +153,9 @@ func (o *watchOptions) validate(g *globals) error {
 	}
 	cfg, err := o.config(g, g.resolvedDSN())
 	o.cfg = cfg
+	if err == nil {
+		err = o.sink.validate()
+	}
 	if err == nil && o.actions && o.headless {
 		return usageError{errors.New("--allow-actions is for the dashboard: drop --headless, or drop --allow-actions")}
 	}
@@ -161,15 +168,25 @@ func (o *watchOptions) validate(g *globals) error {
 }
 
 func (o *watchOptions) run(ctx context.Context, g *globals) error {
+	metrics, err := o.sink.serveMetrics(g)
+	if err != nil {
+		return err
+	}
+	defer metrics.close()
 	col, err := collector.New(ctx, o.cfg)
 	if err != nil {
 		return err
 	}
 	defer col.Close()
-	if o.headless || !isTerminal() {
-		return runHeadless(ctx, g, col, o)
+	src, err := o.sink.tap(g, col, metrics, "watch", o.interval)
+	if err != nil {
+		return err
 	}
-	opts := tui.Options{Source: col, Mode: "watch", Interval: o.interval, Color: useColor()}
+	defer src.close()
+	if o.headless || !isTerminal() {
+		return runHeadless(ctx, g, src, o)
+	}
+	opts := tui.Options{Source: src, Mode: "watch", Interval: o.interval, Color: useColor()}
 	if o.actions {
 		schema, _, _ := collector.ParseTable(o.cfg.Table)
 		pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: o.cfg.DSN, From: g.dsnFrom(), Schema: schema, AppName: "pooltop-actions", MaxConns: 1})
@@ -183,7 +200,7 @@ func (o *watchOptions) run(ctx context.Context, g *globals) error {
 }
 
 // runHeadless polls every interval and prints one line per poll.
-func runHeadless(ctx context.Context, g *globals, col *collector.Collector, o *watchOptions) error {
+func runHeadless(ctx context.Context, g *globals, col poller, o *watchOptions) error {
 	tick := time.NewTicker(o.interval)
 	defer tick.Stop()
 	var lastErr error
@@ -207,7 +224,11 @@ func runHeadless(ctx context.Context, g *globals, col *collector.Collector, o *w
 			continue
 		}
 		if g.jsonOut {
-			if err := writeJSON(g.stdout, s); err != nil {
+			line, err := snapshotJSON(g, s)
+			if err == nil {
+				_, err = g.stdout.Write(line)
+			}
+			if err != nil {
 				return err
 			}
 			continue

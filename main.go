@@ -177,7 +177,7 @@ psql.
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.dsn, "dsn", "", "PostgreSQL URL or key=value string (default: $DATABASE_URL, the PG* variables, else an embedded server)")
 	pf.StringVar(&g.schema, "schema", "public", "schema that holds the pool")
-	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g), newBenchCmd(g), newChaosCmd(g), newVerifyCmd(g), newWatchCmd(g), newDoctorCmd(g), newWorkCmd(g))
+	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g), newBenchCmd(g), newChaosCmd(g), newVerifyCmd(g), newWatchCmd(g), newDoctorCmd(g), newWorkCmd(g), newReplayCmd(g))
 	for _, c := range root.Commands() {
 		wrapArgs(c)
 	}

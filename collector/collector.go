@@ -61,7 +61,8 @@ type Config struct {
 	Table string // "schema.table" or "table" (public); default public.resource_pool
 	// StuckAfter: PENDING rows unchanged for longer count as stuck; default 5 min.
 	StuckAfter time.Duration
-	// History is how many points each series keeps; default 3600 (an hour at 1 Hz).
+	// History is how many points each series keeps as polled; default 900
+	// (15 minutes at 1 Hz). Older ones are kept coarser, for an hour (History).
 	History int
 	// CountBudget paces the work done in turn (the UNUSED sweep, the
 	// PENDING recounts and walks, the table scan without a PENDING index):
@@ -72,6 +73,9 @@ type Config struct {
 	Workload    WorkloadSource
 }
 
+// DefaultHistory is Config.History's default: 15 minutes at 1 Hz.
+const DefaultHistory = 900
+
 // Limits of the poll interval the callers (watch, the dashboard) offer.
 const (
 	MinInterval = 250 * time.Millisecond
@@ -81,7 +85,7 @@ const (
 func (c *Config) defaults() error {
 	c.Table = cmp.Or(c.Table, "public.resource_pool")
 	c.StuckAfter = cmp.Or(c.StuckAfter, 5*time.Minute)
-	c.History = cmp.Or(c.History, 3600)
+	c.History = cmp.Or(c.History, DefaultHistory)
 	c.CountBudget = cmp.Or(c.CountBudget, time.Millisecond)
 	a := &c.Alerts
 	a.LockWait = cmp.Or(a.LockWait, 50*time.Millisecond)
@@ -155,7 +159,7 @@ type Collector struct {
 	fleet   fleetReader
 
 	mu     sync.Mutex // guards what follows
-	series map[string]*Ring
+	series map[string]*History
 	events *eventLog
 	// gen counts the resets: a poll begun before the last one is not recorded.
 	gen int
@@ -226,9 +230,9 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		pool.Close()
 		return nil, engine.ConnectError(pcfg.ConnConfig, err)
 	}
-	c := &Collector{cfg: cfg, pool: pool, series: map[string]*Ring{}, events: newEventLog(200), alerts: map[string]*alertState{}}
+	c := &Collector{cfg: cfg, pool: pool, series: map[string]*History{}, events: newEventLog(200), alerts: map[string]*alertState{}}
 	for _, s := range allSeries {
-		c.series[s] = NewRing(cfg.History)
+		c.series[s] = NewHistory(cfg.History)
 	}
 	if err := c.resolve(ctx, schema, table); err != nil {
 		pool.Close()
@@ -410,10 +414,12 @@ FROM pg_index i WHERE i.indrelid = $1 AND i.indpred IS NOT NULL AND i.indisvalid
 
 // Info describes the server and table for the dashboard's header.
 type Info struct {
-	Host, Database, User string
-	Version              string
-	Table                string
-	Monitor              bool
+	Host     string `json:"host"`
+	Database string `json:"database"`
+	User     string `json:"user"`
+	Version  string `json:"server_version"`
+	Table    string `json:"table"`
+	Monitor  bool   `json:"pg_monitor"`
 }
 
 // Info returns what the header shows. It never includes the password.

@@ -72,16 +72,8 @@ func (c *Collector) record(s *Snapshot, gen int) {
 	if gen != c.gen || c.suspended {
 		return // begun before a reset, or while the pool is being rebuilt
 	}
-	cur := &raw{at: s.Time, consumed: s.Pool.Consumed}
-	if w := s.Workload; w != nil {
-		cur.haveWorkload = true
-		cur.acquired, cur.committed, cur.fenced, cur.double = w.Acquired, w.Committed, w.FencedRejections, w.DoubleFinalizations
-		cur.crashes, cur.reclaimed, cur.conflicts = w.Crashes, w.Reclaimed, w.Conflicts
-		cur.leaseLost, cur.empty = w.LeasesLost, w.EmptyPool
-		for _, n := range w.Errors {
-			cur.errors += n
-		}
-	}
+	cur := rawOf(s)
+	prev := c.prev
 	var events []Event
 	ev := func(kind, format string, args ...any) {
 		e := Event{Time: s.Time, Kind: kind, Text: fmt.Sprintf(format, args...)}
@@ -115,15 +107,6 @@ func (c *Collector) record(s *Snapshot, gen int) {
 				}
 				if r, ok := rate(cur.committed, p.committed); ok {
 					s.CommitsPerS = &r
-				}
-				for _, r := range []struct {
-					series    string
-					now, then int64
-				}{{SeriesFenced, cur.fenced, p.fenced}, {SeriesDoublePerS, cur.double, p.double}, {SeriesConflictsPerS, cur.conflicts, p.conflicts},
-					{SeriesLeasesLostPerS, cur.leaseLost, p.leaseLost}, {SeriesEmptyPerS, cur.empty, p.empty}, {SeriesErrorsPerS, cur.errors, p.errors}} {
-					if v, ok := rate(r.now, r.then); ok {
-						c.series[r.series].Add(Point{s.Time, v})
-					}
 				}
 				if d := cur.reclaimed - p.reclaimed; d > 0 {
 					count(EventReclaimed, d)
@@ -161,7 +144,48 @@ func (c *Collector) record(s *Snapshot, gen int) {
 		s.DepletionETAS = &eta
 	}
 
-	add := func(name string, v float64) { c.series[name].Add(Point{s.Time, v}) }
+	addPoints(s, cur, prev, func(name string, v float64) { c.series[name].Add(Point{s.Time, v}) })
+
+	c.evaluate(s, ev)
+	for _, e := range events {
+		c.events.add(e)
+	}
+	s.Events = events
+}
+
+// rawOf is what a snapshot says of the counters between polls.
+func rawOf(s *Snapshot) *raw {
+	cur := &raw{at: s.Time, consumed: s.Pool.Consumed}
+	if w := s.Workload; w != nil {
+		cur.haveWorkload = true
+		cur.acquired, cur.committed, cur.fenced, cur.double = w.Acquired, w.Committed, w.FencedRejections, w.DoubleFinalizations
+		cur.crashes, cur.reclaimed, cur.conflicts = w.Crashes, w.Reclaimed, w.Conflicts
+		cur.leaseLost, cur.empty = w.LeasesLost, w.EmptyPool
+		for _, n := range w.Errors {
+			cur.errors += n
+		}
+	}
+	return cur
+}
+
+// addPoints gives one poll's points to add: the snapshot's figures (its
+// rates already computed), and the per-second rates of the workload's
+// counters since prev, the previous poll (nil: none). The live collector
+// and a replay both chart through it, so a recording charts as it did live.
+func addPoints(s *Snapshot, cur, prev *raw, add func(name string, v float64)) {
+	if prev != nil && cur.haveWorkload && prev.haveWorkload {
+		if dt := cur.at.Sub(prev.at).Seconds(); dt > 0 {
+			for _, r := range []struct {
+				series    string
+				now, then int64
+			}{{SeriesFenced, cur.fenced, prev.fenced}, {SeriesDoublePerS, cur.double, prev.double}, {SeriesConflictsPerS, cur.conflicts, prev.conflicts},
+				{SeriesLeasesLostPerS, cur.leaseLost, prev.leaseLost}, {SeriesEmptyPerS, cur.empty, prev.empty}, {SeriesErrorsPerS, cur.errors, prev.errors}} {
+				if r.now >= r.then { // a counter that went down was reset: no rate
+					add(r.series, float64(r.now-r.then)/dt)
+				}
+			}
+		}
+	}
 	add(SeriesUnused, float64(s.Pool.Unused))
 	add(SeriesPending, float64(s.Pool.Pending))
 	add(SeriesExpired, float64(s.Pool.Expired))
@@ -192,11 +216,6 @@ func (c *Collector) record(s *Snapshot, gen int) {
 		add(SeriesLeaked, float64(w.Leaked))
 	}
 
-	c.evaluate(s, ev)
-	for _, e := range events {
-		c.events.add(e)
-	}
-	s.Events = events
 }
 
 // evaluate updates every alert rule and reports transitions as events. A
@@ -290,7 +309,7 @@ func (c *Collector) Reset(rebuilt bool) {
 	c.suspended = false
 	c.rebuilt = c.rebuilt || rebuilt
 	for name := range c.series {
-		c.series[name] = NewRing(c.cfg.History)
+		c.series[name] = NewHistory(c.cfg.History)
 	}
 	c.prev, c.burn, c.burnSamples, c.empty, c.drainingSince, c.sampleFrom = nil, 0, 0, false, time.Time{}, time.Time{}
 	c.alerts = map[string]*alertState{}

@@ -11,12 +11,12 @@ import (
 // bare is a collector with no database: enough to feed record snapshots.
 func bare(t *testing.T) *Collector {
 	t.Helper()
-	c := &Collector{series: map[string]*Ring{}, events: newEventLog(200), alerts: map[string]*alertState{}}
+	c := &Collector{series: map[string]*History{}, events: newEventLog(200), alerts: map[string]*alertState{}}
 	if err := c.cfg.defaults(); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range allSeries {
-		c.series[s] = NewRing(c.cfg.History)
+		c.series[s] = NewHistory(c.cfg.History)
 	}
 	return c
 }

@@ -57,6 +57,70 @@ func (r *Ring) Last() (Point, bool) {
 	return r.buf[i], true
 }
 
+// History is a series kept at two resolutions, so that charts can show the
+// last hour at any poll interval in bounded memory: the newest points as
+// polled (a Ring of Fine points), and before them one point per
+// CoarseStep, the largest value of that step (a spike stays visible when
+// an hour is drawn in eighty columns), for CoarseSpan.
+type History struct {
+	fine, coarse *Ring
+	step         time.Duration
+	cur          Point // the coarse step being filled
+	curStart     time.Time
+	have         bool
+}
+
+// Coarse resolution of a History: a point per five seconds, for an hour.
+const (
+	CoarseStep = 5 * time.Second
+	CoarseSpan = time.Hour
+)
+
+// NewHistory returns an empty history keeping fine points at full resolution.
+func NewHistory(fine int) *History {
+	return &History{fine: NewRing(fine), coarse: NewRing(int(CoarseSpan / CoarseStep)), step: CoarseStep}
+}
+
+// Add appends a point.
+func (h *History) Add(p Point) {
+	h.fine.Add(p)
+	start := p.T.Truncate(h.step)
+	switch {
+	case !h.have:
+		h.cur, h.curStart, h.have = p, start, true
+	case start.Equal(h.curStart):
+		h.cur.T, h.cur.V = p.T, max(h.cur.V, p.V)
+	default:
+		h.coarse.Add(h.cur)
+		h.cur, h.curStart = p, start
+	}
+}
+
+// Len is the number of points at full resolution.
+func (h *History) Len() int { return h.fine.Len() }
+
+// Last returns the newest point.
+func (h *History) Last() (Point, bool) { return h.fine.Last() }
+
+// Points copies the points out, oldest first: the coarse ones older than
+// the oldest fine one, then the fine ones.
+func (h *History) Points() []Point {
+	fine := h.fine.Points()
+	if len(fine) == 0 {
+		return fine
+	}
+	oldest := fine[0].T
+	coarse := h.coarse.Points()
+	n := 0
+	for n < len(coarse) && coarse[n].T.Before(oldest) {
+		n++
+	}
+	if n == 0 {
+		return fine
+	}
+	return append(coarse[:n:n], fine...)
+}
+
 // Series names, the keys of Collector.Series.
 const (
 	SeriesUnused        = "unused"

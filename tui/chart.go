@@ -137,10 +137,7 @@ func renderChart(st Styles, spec chartSpec, width, height int, now time.Time, wi
 	names := make([]string, 0, len(spec.sets))
 	for _, s := range spec.sets {
 		lc.SetDataSetStyle(s.name, s.style)
-		for _, p := range s.points {
-			if p.T.Before(from) || p.T.After(now) || math.IsNaN(p.V) || math.IsInf(p.V, 0) {
-				continue
-			}
+		for _, p := range downsample(s.points, from, now, 2*width) {
 			lc.PushDataSet(s.name, tslc.TimePoint{Time: p.T, Value: p.V})
 		}
 		names = append(names, s.name)
@@ -150,6 +147,37 @@ func renderChart(st Styles, spec chartSpec, width, height int, now time.Time, wi
 		lc.DrawXYAxisAndLabel()
 	}
 	return head + "\n" + canvasString(&lc.Canvas, width, ch)
+}
+
+// downsample keeps the points of ps between from and to, and when they
+// are more than four per column of braille, the largest of each of n
+// equal spans of time instead: an hour of samples becomes what the chart
+// can draw, and a spike stays visible.
+func downsample(ps []collector.Point, from, to time.Time, n int) []collector.Point {
+	in := make([]collector.Point, 0, len(ps))
+	for _, p := range ps {
+		if p.T.Before(from) || p.T.After(to) || math.IsNaN(p.V) || math.IsInf(p.V, 0) {
+			continue
+		}
+		in = append(in, p)
+	}
+	if n < 1 || len(in) <= 2*n {
+		return in
+	}
+	span := to.Sub(from) / time.Duration(n)
+	if span <= 0 {
+		return in
+	}
+	out := make([]collector.Point, 0, n)
+	for _, p := range in {
+		b := from.Add(p.T.Sub(from) / span * span)
+		if k := len(out) - 1; k >= 0 && !out[k].T.Before(b) {
+			out[k].V = math.Max(out[k].V, p.V)
+			continue
+		}
+		out = append(out, collector.Point{T: b.Add(span / 2), V: p.V})
+	}
+	return out
 }
 
 // canvasString renders a chart's canvas. ntcharts' own View styles every

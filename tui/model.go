@@ -59,6 +59,9 @@ type Options struct {
 	Scenario string
 	// Now is the clock; tests pin it so the view is reproducible.
 	Now func() time.Time
+	// Replay, when set, is the recording Source plays: the dashboard shows
+	// REPLAY and the recorded time, and its keys move the play head.
+	Replay Player
 }
 
 // messages
@@ -144,7 +147,16 @@ type Model struct {
 	action      string
 
 	chartCache chartCache
+	// window is the charts' time span, an index of chartWindows.
+	window int
+
+	replay     replay
+	replayKeys replayKeys
 }
+
+// chartWindows are the charts' time spans the window key steps through:
+// 0 is as much as the width shows at two samples a cell.
+var chartWindows = []time.Duration{0, time.Minute, 15 * time.Minute, time.Hour}
 
 // New builds the model. It reads the workload's knobs once; afterwards the
 // model keeps its own copy, updated from every change it makes.
@@ -165,6 +177,11 @@ func New(o Options) Model {
 		opts: o, info: o.Source.Info(), keys: newKeyMap(o.Knobs != nil), help: help.New(),
 		styles: newStyles(o.Color), interval: o.Interval, started: o.Now(), series: map[string][]collector.Point{},
 		scenario: -1,
+	}
+	m.replayKeys = newReplayKeys(m.keys)
+	if o.Replay != nil {
+		first, _, _ := o.Replay.Bounds()
+		m.replay = replay{playing: true, speed: 2, at: first}
 	}
 	m.help.Styles.ShortKey, m.help.Styles.FullKey = m.styles.HelpKey, m.styles.HelpKey
 	m.help.Styles.ShortDesc, m.help.Styles.FullDesc = m.styles.HelpDesc, m.styles.HelpDesc
@@ -222,6 +239,9 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case tickMsg:
 		if msg.gen != m.gen || m.inFlight {
 			return m, nil // stale: the interval changed, or a poll is still out
+		}
+		if m.opts.Replay != nil {
+			return m.replayTicked()
 		}
 		m.inFlight = true
 		return m, pollCmd(m.opts.Source, m.gen, m.interval+5*time.Second)
@@ -304,6 +324,17 @@ func (m *Model) apply(msg pollMsg) {
 
 func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	k := m.keys
+	if m.opts.Replay != nil && (m.replay.prompting || !m.filtering) {
+		if mm, cmd, ok := m.replayKey(msg); ok {
+			mm.cacheCharts()
+			return mm, cmd
+		}
+	}
+	if key.Matches(msg, k.Window) && !m.filtering {
+		m.window = (m.window + 1) % len(chartWindows)
+		m.cacheCharts()
+		return m, nil
+	}
 	if m.confirm == nil { // a pending confirmation takes the next key
 		if mm, ok := m.sessionKey(msg); ok {
 			return mm, nil

@@ -58,11 +58,15 @@ type layout struct {
 	chartsW, knobsW, midH, bottomH, helpH int
 	help                                  string
 	interval                              time.Duration // the charts' window depends on it
+	window                                int
 	proof                                 workload.Proof
 }
 
 func (m Model) layout() layout {
-	l := layout{help: m.help.View(m.keys), interval: m.interval, proof: m.proof()}
+	l := layout{help: m.help.View(m.keys), interval: m.interval, window: m.window, proof: m.proof()}
+	if m.opts.Replay != nil {
+		l.help = m.help.View(m.replayKeys)
+	}
 	if m.showHelp && m.opts.Knobs != nil {
 		l.help += "\n" + m.styles.HelpDesc.Render(presetList(m.width))
 	}
@@ -141,7 +145,13 @@ func box(s string, width, height int) string {
 	return strings.Join(out, "\n")
 }
 
-func (m Model) now() time.Time { return m.opts.Now() }
+// now is the clock, or in a replay the recorded time of the snapshot shown.
+func (m Model) now() time.Time {
+	if m.opts.Replay != nil && m.snap != nil {
+		return m.snap.Time
+	}
+	return m.opts.Now()
+}
 
 func (m Model) viewHeader(w int) string {
 	i := m.info
@@ -149,9 +159,18 @@ func (m Model) viewHeader(w int) string {
 	if m.opts.Server != "" {
 		where = sanitize(m.opts.Server)
 	}
+	if m.opts.Replay != nil && i.Host == "" {
+		where = "(recorded without a header: server unknown)"
+	}
 	up := m.now().Sub(m.started).Round(time.Second)
 	parts := []string{"pooltop " + m.opts.Mode, where, sanitize(i.Table), "PG " + sanitize(strings.Fields(i.Version + " ?")[0]),
 		"up " + up.String(), "poll " + m.interval.String()}
+	if w := chartWindows[m.window]; w > 0 {
+		parts = append(parts, "charts "+strings.TrimSuffix(strings.TrimSuffix(w.String(), "0s"), "0m"))
+	}
+	if m.opts.Replay != nil { // what is replayed first, then from where
+		parts = append([]string{parts[0], m.replayHeader()}, append(parts[6:], parts[1:4]...)...)
+	}
 	left := m.styles.Header.Render(pad(" "+strings.Join(parts, " │ "), w))
 	var active []string
 	if m.snap != nil {
@@ -514,6 +533,9 @@ func (m Model) viewCharts(width, height int) string {
 	rows, cols := chartGrid(width, height, len(specs))
 	specs = specs[:min(len(specs), rows*cols)]
 	window := time.Duration(max(width/cols-yLabelWidth-2, 10)*2) * m.interval // about two samples per cell of braille
+	if w := chartWindows[m.window]; w > 0 {
+		window = w
+	}
 	var lines []string
 	for r := 0; r < rows; r++ {
 		h := height / rows
@@ -684,6 +706,11 @@ func (m Model) viewStatus(w int) string {
 	}
 	if m.confirm != nil {
 		return pad(st.Alert.Render(" "+m.confirm.what+"? y to confirm, any other key cancels "), w)
+	}
+	if m.opts.Replay != nil {
+		if r := m.replayStatus(); r != "" {
+			parts = append(parts, r)
+		}
 	}
 	if m.notice != "" {
 		parts = append(parts, st.Warn.Render(m.notice))

@@ -1,0 +1,203 @@
+package collector
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Exporter serves the snapshots as Prometheus metrics. It holds the latest
+// snapshot it was given (Observe, called after each poll by whoever polls)
+// and reads it at every scrape: a scrape never polls and never queries the
+// database, so /metrics costs nothing however often it is scraped, and its
+// figures are exactly those of the poll the screen or the NDJSON shows.
+//
+// Names are prefixed pooltop_ and in base units (seconds, ids). Before the
+// first poll only the poll counters and histogram are exported.
+// pooltop_depletion_eta_seconds is absent while the pool is not draining
+// (the snapshot's null), so that a rule such as
+// pooltop_depletion_eta_seconds < 900 fires only on a real drain. Workload
+// counters exist only where a workload runs in the process (the demo); they
+// restart from zero when the demo resets its counters, which Prometheus'
+// rate() reads as a counter reset.
+type Exporter struct {
+	mu     sync.Mutex
+	last   *Snapshot
+	polls  prometheus.Counter
+	errors prometheus.Counter
+	dur    prometheus.Histogram
+}
+
+// NewExporter returns an exporter with no snapshot yet.
+func NewExporter() *Exporter {
+	return &Exporter{
+		polls: prometheus.NewCounter(prometheus.CounterOpts{Name: "pooltop_polls_total", Help: "Polls of the pool that succeeded."}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pooltop_poll_errors_total",
+			Help: "Polls of the pool that failed (the figures stay those of the last good poll)."}),
+		dur: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pooltop_poll_duration_seconds",
+			Help:    "Time one poll of the pool took (all its queries, one round trip).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}), // 0.5 ms to 4 s
+	}
+}
+
+// Observe takes a poll's snapshot: the next scrape shows it.
+func (e *Exporter) Observe(s Snapshot) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.last = &s
+	e.polls.Inc()
+	e.dur.Observe(s.PollMS / 1000)
+}
+
+// ObserveError counts a failed poll.
+func (e *Exporter) ObserveError() { e.errors.Inc() }
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+var (
+	descPoolIDs      = desc("pooltop_pool_ids", "Ids of the pool by state: unused, pending (held), expired (pending whose lease has passed, a part of pending), consumed.", "state")
+	descStuck        = desc("pooltop_pool_stuck_ids", "PENDING ids nothing will free: a lease expired longer ago than --stuck, or no lease and unchanged that long.")
+	descEstimated    = desc("pooltop_pool_ids_estimated", "1 when the count of that state comes from statistics or a rolling recount instead of one exact count.", "state")
+	descWaiters      = desc("pooltop_lock_waiters", "Sessions waiting on a lock on the pool or its ledger.")
+	descWaitMax      = desc("pooltop_lock_wait_max_seconds", "Longest current lock wait on the pool or its ledger.")
+	descDead         = desc("pooltop_dead_tuples", "Dead tuples of the pool table (all partitions).")
+	descLive         = desc("pooltop_live_tuples", "Live tuples of the pool table (all partitions).")
+	descBurn         = desc("pooltop_burn_ids_per_second", "Net decline of UNUSED ids per second, smoothed (negative: the pool grows).")
+	descETA          = desc("pooltop_depletion_eta_seconds", "Time until UNUSED runs out at the current burn; absent when the pool is not draining.")
+	descConsumedRate = desc("pooltop_consumed_ids_per_second", "CONSUMED ids added per second between the last two polls.")
+	descConns        = desc("pooltop_connections", "Connections to the server.")
+	descMaxConns     = desc("pooltop_max_connections", "The server's max_connections.")
+	descAlert        = desc("pooltop_alert_active", "1 while the alert rule is raised, else 0.", "alert")
+	descPollTime     = desc("pooltop_last_poll_timestamp_seconds", "When the poll these figures come from began (Unix time).")
+	descWorkers      = desc("pooltop_workload_workers", "Simulated workers running (demo only).")
+	descLeaked       = desc("pooltop_workload_leaked_ids", "Ids held by crashed workers that nobody released (demo only).")
+	descErrors       = desc("pooltop_workload_errors_total", "Failed workload statements by class (demo only).", "class")
+	descFleet        = desc("pooltop_fleet_processes", "pooltop work processes by state: alive, stopped (drained), gone (stopped heartbeating without draining).", "state")
+	descFleetCycles  = desc("pooltop_fleet_cycles_per_second", "Cycles per second of the live pooltop work processes, summed.")
+	descFleetHeld    = desc("pooltop_fleet_gone_held_leases", "Leases the gone processes held at their last heartbeat: waiting for the reaper.")
+)
+
+// workloadCounters are the demo workload's counters, exported as _total.
+var workloadCounters = []struct {
+	desc *prometheus.Desc
+	get  func(s *Snapshot) int64
+}{
+	{desc("pooltop_workload_acquires_total", "Ids claimed by the workload (demo only)."), func(s *Snapshot) int64 { return s.Workload.Acquired }},
+	{desc("pooltop_workload_claim_statements_total", "Claim statements that succeeded (demo only)."), func(s *Snapshot) int64 { return s.Workload.AcquireCalls }},
+	{desc("pooltop_workload_commits_total", "Effects accepted by the system of record (demo only)."), func(s *Snapshot) int64 { return s.Workload.Committed }},
+	{desc("pooltop_workload_fenced_rejections_total", "Commits rejected by the fence: stale token or lost lease (demo only)."), func(s *Snapshot) int64 { return s.Workload.FencedRejections }},
+	{desc("pooltop_workload_double_finalizations_total", "Commits that wrote a second effect for an id, fencing off (demo only)."), func(s *Snapshot) int64 { return s.Workload.DoubleFinalizations }},
+	{desc("pooltop_workload_releases_total", "Ids released by the workload (demo only)."), func(s *Snapshot) int64 { return s.Workload.Released }},
+	{desc("pooltop_workload_renewals_total", "Leases renewed (demo only)."), func(s *Snapshot) int64 { return s.Workload.Renewed }},
+	{desc("pooltop_workload_leases_lost_total", "Renewals refused because the lease was gone (demo only)."), func(s *Snapshot) int64 { return s.Workload.LeasesLost }},
+	{desc("pooltop_workload_empty_claims_total", "Claims that found the pool empty (demo only)."), func(s *Snapshot) int64 { return s.Workload.EmptyPool }},
+	{desc("pooltop_workload_conflicts_total", "Optimistic version checks lost, retried (demo only)."), func(s *Snapshot) int64 { return s.Workload.Conflicts }},
+	{desc("pooltop_workload_crashes_total", "Simulated workers that died holding leases (demo only)."), func(s *Snapshot) int64 { return s.Workload.Crashes }},
+	{desc("pooltop_workload_pauses_total", "Simulated workers that froze (demo only)."), func(s *Snapshot) int64 { return s.Workload.Pauses }},
+	{desc("pooltop_workload_cycles_total", "Acquire → work → commit cycles completed (demo only)."), func(s *Snapshot) int64 { return s.Workload.Cycles }},
+	{desc("pooltop_workload_reclaimed_total", "Expired leases the reaper returned to the pool (demo only)."), func(s *Snapshot) int64 { return s.Workload.Reclaimed }},
+	{desc("pooltop_workload_refilled_total", "Ids the producer added to the pool (demo only)."), func(s *Snapshot) int64 { return s.Workload.Refilled }},
+}
+
+// Describe sends every metric's description.
+func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPoolIDs, descStuck, descEstimated, descWaiters, descWaitMax, descDead, descLive, descBurn,
+		descETA, descConsumedRate, descConns, descMaxConns, descAlert, descPollTime, descWorkers, descLeaked, descErrors} {
+		ch <- d
+	}
+	for _, c := range workloadCounters {
+		ch <- c.desc
+	}
+	e.polls.Describe(ch)
+	e.errors.Describe(ch)
+	e.dur.Describe(ch)
+}
+
+// Collect sends the metrics of the latest snapshot.
+func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
+	e.mu.Lock()
+	s := e.last
+	e.mu.Unlock()
+	e.polls.Collect(ch)
+	e.errors.Collect(ch)
+	e.dur.Collect(ch)
+	if s == nil {
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	p := s.Pool
+	estimated := map[string]bool{}
+	for _, name := range p.Estimated {
+		estimated[name] = true
+	}
+	for _, st := range []struct {
+		name string
+		v    int64
+	}{{"unused", p.Unused}, {"pending", p.Pending}, {"expired", p.Expired}, {"consumed", p.Consumed}} {
+		gauge(descPoolIDs, float64(st.v), st.name)
+		gauge(descEstimated, b2f(estimated[st.name]), st.name)
+	}
+	gauge(descStuck, float64(p.Stuck))
+	gauge(descWaiters, float64(s.LockWaiters))
+	gauge(descWaitMax, s.LockWaitMaxMS/1000)
+	gauge(descDead, float64(s.DeadTuples))
+	gauge(descLive, float64(s.LiveTuples))
+	gauge(descBurn, s.BurnPerS)
+	if s.DepletionETAS != nil {
+		gauge(descETA, *s.DepletionETAS)
+	}
+	gauge(descConsumedRate, s.ConsumedPerS)
+	gauge(descConns, float64(s.Connections))
+	gauge(descMaxConns, float64(s.MaxConnections))
+	for _, a := range s.Alerts {
+		gauge(descAlert, b2f(a.Active), a.Name)
+	}
+	gauge(descPollTime, float64(s.Time.UnixNano())/1e9)
+	if s.Fleet != nil {
+		n := map[string]int{}
+		var rate float64
+		var held int64
+		for _, p := range s.Fleet {
+			n[p.State]++
+			if p.Alive {
+				rate += p.CyclesPS
+			}
+			if p.State == ProcessGone {
+				held += int64(p.Held)
+			}
+		}
+		for _, st := range []string{ProcessAlive, ProcessStopped, ProcessGone} {
+			gauge(descFleet, float64(n[st]), st)
+		}
+		gauge(descFleetCycles, rate)
+		gauge(descFleetHeld, float64(held))
+	}
+	if s.Workload == nil {
+		return
+	}
+	gauge(descWorkers, float64(s.Workload.Workers))
+	gauge(descLeaked, float64(s.Workload.Leaked))
+	for _, c := range workloadCounters {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.get(s)))
+	}
+	classes := make([]string, 0, len(s.Workload.Errors))
+	for class := range s.Workload.Errors {
+		classes = append(classes, class)
+	}
+	sort.Strings(classes)
+	for _, class := range classes {
+		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(s.Workload.Errors[class]), class)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

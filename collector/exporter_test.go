@@ -1,0 +1,56 @@
+package collector
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Every metric the Grafana dashboard in contrib/ queries is one the
+// exporter describes: a renamed metric cannot leave a panel empty.
+func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
+	raw, err := os.ReadFile("../contrib/grafana/pooltop.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("the dashboard is not JSON: %v", err)
+	}
+	ch := make(chan *prometheus.Desc, 100)
+	NewExporter().Describe(ch)
+	close(ch)
+	exported := map[string]bool{}
+	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for d := range ch {
+		exported[fq.FindStringSubmatch(d.String())[1]] = true
+	}
+	name := regexp.MustCompile(`pooltop_[a-z_]+`)
+	queried := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, n := range name.FindAllString(tg.Expr, -1) {
+				queried++
+				base := n
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					base = strings.TrimSuffix(base, suffix)
+				}
+				if !exported[n] && !exported[base] {
+					t.Errorf("panel %q queries %s, which the exporter does not export", p.Title, n)
+				}
+			}
+		}
+	}
+	if queried < 10 {
+		t.Fatalf("only %d metric names found in the dashboard", queried)
+	}
+}
