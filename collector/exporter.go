@@ -105,7 +105,8 @@ var workloadCounters = []struct {
 // Describe sends every metric's description.
 func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPoolIDs, descStuck, descEstimated, descWaiters, descWaitMax, descDead, descLive, descBurn,
-		descETA, descConsumedRate, descConns, descMaxConns, descAlert, descPollTime, descWorkers, descLeaked, descErrors} {
+		descETA, descConsumedRate, descConns, descMaxConns, descAlert, descPollTime, descWorkers, descLeaked, descErrors,
+		descFleet, descFleetCycles, descFleetHeld} {
 		ch <- d
 	}
 	for _, c := range workloadCounters {

@@ -54,3 +54,39 @@ func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 		t.Fatalf("only %d metric names found in the dashboard", queried)
 	}
 }
+
+// The fleet of a snapshot is exported: processes by state, the live ones'
+// cycles per second, and the leases the gone ones held.
+func TestFleetMetrics(t *testing.T) {
+	e := NewExporter()
+	e.Observe(Snapshot{Fleet: []Process{
+		{Name: "a", State: ProcessAlive, Alive: true, CyclesPS: 100},
+		{Name: "b", State: ProcessAlive, Alive: true, CyclesPS: 50},
+		{Name: "c", State: ProcessGone, Held: 4},
+		{Name: "d", State: ProcessStopped},
+	}})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(e)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			name := f.GetName()
+			for _, l := range m.GetLabel() {
+				name += "/" + l.GetValue()
+			}
+			got[name] = m.GetGauge().GetValue()
+		}
+	}
+	for name, want := range map[string]float64{
+		"pooltop_fleet_processes/alive": 2, "pooltop_fleet_processes/gone": 1, "pooltop_fleet_processes/stopped": 1,
+		"pooltop_fleet_cycles_per_second": 150, "pooltop_fleet_gone_held_leases": 4,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+}
