@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/faultproxy"
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
@@ -76,7 +78,7 @@ func (o *chaosOptions) addFlags(c *cobra.Command, g *globals) {
 	f.IntVar(&o.workers, "workers", 0, "override the scenario's worker count")
 	f.Float64Var(&o.crash, "crash-rate", 0, "override the chance per cycle that a worker dies holding its leases")
 	f.Float64Var(&o.pause, "pause-rate", 0, "override the chance per cycle that a worker freezes past its lease")
-	f.StringVar(&o.faults, "faults", "", "real faults instead of the scenario's simulated ones: kill,terminate,restart (worker processes killed with SIGKILL, their sessions terminated, PostgreSQL restarted by an immediate shutdown); on the throwaway server only")
+	f.StringVar(&o.faults, "faults", "", "real faults instead of the scenario's simulated ones: kill,terminate,restart,lost-ack,partition (worker processes killed with SIGKILL, their sessions terminated, PostgreSQL restarted by an immediate shutdown, the connection cut around a commit, the network stalled longer than a lease); on the throwaway server only")
 	f.IntVar(&o.procs, "processes", 4, "with --faults: pooltop work processes in the fleet")
 	f.DurationVar(&o.every, "fault-every", 2*time.Second, "with --faults: mean time between faults")
 	o.changed = f.Changed
@@ -234,6 +236,24 @@ func (o *chaosOptions) runFaults(ctx context.Context, g *globals) error {
 	if err != nil {
 		return fmt.Errorf("find the pooltop binary for the worker processes: %w", err)
 	}
+	// The network's faults need the workers behind a proxy; the campaign's
+	// own sessions (the reaper, the audit) reach the server directly.
+	workDSN := d.dsn
+	var proxy *faultproxy.Proxy
+	for _, f := range o.kind {
+		if f.NeedsProxy() && proxy == nil {
+			if proxy, err = faultproxy.New(fmt.Sprintf("127.0.0.1:%d", d.embedded.Port())); err != nil {
+				return fmt.Errorf("start the fault proxy: %w", err)
+			}
+			defer proxy.Close()
+			u, err := url.Parse(d.dsn)
+			if err != nil {
+				return err
+			}
+			u.Host = proxy.Addr()
+			workDSN = u.String()
+		}
+	}
 	workers := 4
 	if o.changed("workers") {
 		workers = o.workers
@@ -242,9 +262,9 @@ func (o *chaosOptions) runFaults(ctx context.Context, g *globals) error {
 	// writer, a line at a time.
 	errw := &lockedWriter{w: g.stderr}
 	c := &workload.Campaign{Faults: o.kind, Processes: o.procs, Duration: o.duration, Every: o.every, Seed: o.seed, Scenario: o.sc,
-		Pool: d.pool, Crash: d.embedded.Crash,
+		Pool: d.pool, Crash: d.embedded.Crash, Proxy: proxy,
 		Spawn: func(name, history string) *exec.Cmd {
-			cmd := exec.Command(bin, "work", "--dsn", d.dsn, "--schema", g.schema, "--name", name, "--scenario", o.sc.Name,
+			cmd := exec.Command(bin, "work", "--dsn", workDSN, "--schema", g.schema, "--name", name, "--scenario", o.sc.Name,
 				"--workers", strconv.Itoa(workers), "--heartbeat", "250ms", "--no-reaper", "--json", "--history", history)
 			cmd.Env, cmd.Stdout, cmd.Stderr = workload.WorkEnv(), io.Discard, errw
 			return cmd
@@ -263,6 +283,9 @@ func (o *chaosOptions) runFaults(ctx context.Context, g *globals) error {
 			kinds = append(kinds, fmt.Sprintf("%s %d", f, sum.Faults[string(f)]))
 		}
 		fmt.Fprintf(tw, "faults\t%s\nprocesses started\t%d\ncommitted\t%d\nreclaimed\t%d\n", strings.Join(kinds, ", "), sum.Processes, sum.Committed, sum.Reclaimed)
+		if sum.AcksLost != nil {
+			fmt.Fprintf(tw, "commits cut\t%d after the server ran them, %d before\n", sum.AcksLost["delivered"], sum.AcksLost["dropped"])
+		}
 		fmt.Fprintf(tw, "max reclaim lag\t%.0f ms (bound %.0f ms)\nlongest restart\t%.1f s\nrecovered\t%v\n", sum.MaxReclaimLagMS, sum.ReclaimBoundMS, sum.DownS, sum.Recovered)
 		fmt.Fprintf(tw, "double effects\t%d\nstill pending\t%d\n", sum.Audit.DoubleFinalizations, sum.Audit.Pending)
 		fmt.Fprintf(tw, "history\t%d operations on %d ids, %d unanswered: linearizable %v\n", sum.History.Ops, sum.History.IDs, sum.History.Unknown, sum.History.Linearizable)

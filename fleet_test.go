@@ -211,7 +211,9 @@ func refused(t *testing.T, r result, code int, want, what string) {
 // TestChaosWithRealFaults runs a short campaign of every real fault on a
 // fleet of three pooltop work processes on a throwaway server: processes
 // killed with SIGKILL mid-cycle, their sessions terminated, PostgreSQL
-// ended by an immediate shutdown and restarted. It must end with every
+// ended by an immediate shutdown and restarted, connections cut around a
+// commit (after the server ran it, and before), the network stalled for
+// longer than a lease. It must end with every
 // fault injected, every process cycling again after the last one, no id
 // finalized twice and none left PENDING.
 func TestChaosWithRealFaults(t *testing.T) {
@@ -221,7 +223,7 @@ func TestChaosWithRealFaults(t *testing.T) {
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	code := run(ctx, []string{"chaos", "--faults", "kill,terminate,restart", "--duration", "7s", "--fault-every", "1s",
+	code := run(ctx, []string{"chaos", "--faults", "kill,terminate,restart,lost-ack,partition", "--duration", "11s", "--fault-every", "1s",
 		"--processes", "3", "--pool-size", "50000", "--json"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
@@ -234,6 +236,9 @@ func TestChaosWithRealFaults(t *testing.T) {
 	}
 	if !sum.Recovered || sum.Committed == 0 || sum.Audit.DoubleFinalizations != 0 || sum.Audit.Pending != 0 || !sum.OK() {
 		t.Fatalf("after the campaign: %+v", sum)
+	}
+	if sum.AcksLost["delivered"] == 0 || sum.AcksLost["dropped"] == 0 || sum.History.Retried == 0 {
+		t.Fatalf("lost acknowledgements: %v cut, %d commits retried under their request id", sum.AcksLost, sum.History.Retried)
 	}
 	if h := sum.History; !h.Linearizable || h.Ops < int(sum.Committed) || h.IDs == 0 {
 		t.Fatalf("the history check after the campaign: %+v", h)

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/faultproxy"
 )
 
 // Fault is a real fault a campaign injects into a fleet of `pooltop work`
@@ -32,10 +33,21 @@ const (
 	// FaultRestart: PostgreSQL ended by an immediate shutdown and started
 	// again; the workers reconnect by themselves.
 	FaultRestart Fault = "restart"
+	// FaultLostAck: the connection cut around a commit, in turn after the
+	// server executed it (its answer lost) and before the server saw it;
+	// the worker retries with the same request id.
+	FaultLostAck Fault = "lost-ack"
+	// FaultPartition: the network between the workers and the server
+	// stalls, both ways, for longer than a lease, then heals.
+	FaultPartition Fault = "partition"
 )
 
 // Faults are the faults a campaign knows, in the order help lists them.
-var Faults = []Fault{FaultKill, FaultTerminate, FaultRestart}
+var Faults = []Fault{FaultKill, FaultTerminate, FaultRestart, FaultLostAck, FaultPartition}
+
+// NeedsProxy reports whether a fault is injected in the network, so that
+// the workers must reach the server through a faultproxy.
+func (f Fault) NeedsProxy() bool { return f == FaultLostAck || f == FaultPartition }
 
 // ParseFaults reads a comma-separated list of faults.
 func ParseFaults(s string) ([]Fault, error) {
@@ -79,6 +91,9 @@ type Campaign struct {
 	// (nil: FaultRestart cannot be injected).
 	Crash func(ctx context.Context) error
 	Pool  *pgxpool.Pool // the campaign's own connections: the reaper, terminate, the audit
+	// Proxy stands between the workers and the server for the network's
+	// faults (nil: lost-ack and partition cannot be injected).
+	Proxy *faultproxy.Proxy
 	// Progress, if not nil, gets a line per fault and per phase.
 	Progress func(string)
 }
@@ -86,18 +101,21 @@ type Campaign struct {
 // FaultSummary is the outcome of a campaign. Field names are part of the
 // JSON contract (chaos --faults --json).
 type FaultSummary struct {
-	Faults          map[string]int     `json:"faults"` // injected, by kind
-	Processes       int                `json:"processes_started"`
-	DurationS       float64            `json:"duration_s"`
-	Committed       int64              `json:"committed"` // effects in the ledger
-	Reclaimed       int64              `json:"reclaimed"`
-	MaxReclaimLagMS float64            `json:"max_reclaim_lag_ms"`
-	ReclaimBoundMS  float64            `json:"reclaim_bound_ms"`
-	DownS           float64            `json:"server_down_s"` // the longest restart
-	Recovered       bool               `json:"recovered"`     // every live process cycled again after the last fault
-	Audit           engine.AuditReport `json:"audit"`
-	History         HistoryCheck       `json:"history"`
-	Violations      []string           `json:"violations"`
+	Faults          map[string]int `json:"faults"` // injected, by kind
+	Processes       int            `json:"processes_started"`
+	DurationS       float64        `json:"duration_s"`
+	Committed       int64          `json:"committed"` // effects in the ledger
+	Reclaimed       int64          `json:"reclaimed"`
+	MaxReclaimLagMS float64        `json:"max_reclaim_lag_ms"`
+	ReclaimBoundMS  float64        `json:"reclaim_bound_ms"`
+	DownS           float64        `json:"server_down_s"` // the longest restart
+	// AcksLost counts the commits whose connection was cut, by whether the
+	// server had executed them (delivered) or never saw them (dropped).
+	AcksLost   map[string]int64   `json:"acks_lost,omitempty"`
+	Recovered  bool               `json:"recovered"` // every live process cycled again after the last fault
+	Audit      engine.AuditReport `json:"audit"`
+	History    HistoryCheck       `json:"history"`
+	Violations []string           `json:"violations"`
 }
 
 // OK reports whether the campaign found no violation.
@@ -116,6 +134,9 @@ func (c *Campaign) Run(ctx context.Context) (FaultSummary, error) {
 	for _, f := range c.Faults {
 		if f == FaultRestart && c.Crash == nil {
 			return sum, errors.New("the restart fault needs a server pooltop can restart: the throwaway one")
+		}
+		if f.NeedsProxy() && c.Proxy == nil {
+			return sum, fmt.Errorf("the %s fault needs the workers behind a fault proxy", f)
 		}
 	}
 	say := func(format string, args ...any) {
@@ -216,6 +237,23 @@ WHERE application_name = 'pooltop-work' AND random() < 0.5`).Scan(&cut)
 			down := time.Since(t0).Seconds()
 			sum.DownS = max(sum.DownS, down)
 			say("PostgreSQL immediate shutdown and restart (%.1fs)", down)
+		case FaultLostAck:
+			delivered := sum.Faults[string(f)]%2 == 0
+			done := c.Proxy.CutNextCommit(delivered)
+			select {
+			case <-done:
+				say("connection cut around a commit (executed by the server: %v)", delivered)
+			case <-time.After(5 * time.Second):
+				c.Proxy.CancelCut()
+				say("lost-ack: no commit within 5s")
+				continue
+			case <-ctx.Done():
+				return sum, ctx.Err()
+			}
+		case FaultPartition:
+			d := cfg.TTL + time.Second
+			c.Proxy.Partition(d)
+			say("network partition for %v (the lease is %v)", d, cfg.TTL)
 		}
 		sum.Faults[string(f)]++
 	}
@@ -288,6 +326,9 @@ WHERE application_name = 'pooltop-work' AND random() < 0.5`).Scan(&cut)
 		return sum, fmt.Errorf("audit: %w", err)
 	}
 	rs := reaper.Stats()
+	if c.Proxy != nil {
+		sum.AcksLost = map[string]int64{"delivered": c.Proxy.CutDelivered.Load(), "dropped": c.Proxy.CutDropped.Load()}
+	}
 	sum.DurationS = time.Since(start).Seconds()
 	sum.Audit, sum.Committed, sum.Reclaimed, sum.MaxReclaimLagMS = audit, audit.Effects, rs.Reclaimed, ms(rs.MaxLag)
 	// As for Chaos, plus the longest time the server was away: a lease that

@@ -22,6 +22,9 @@ type HistoryCheck struct {
 	Ops     int `json:"ops"`
 	IDs     int `json:"ids"`
 	Unknown int `json:"unknown"` // operations that got no answer (killed, cut off)
+	// Retried counts the commits sent more than once under one request id
+	// (a retry after no answer): each must have one effect at most.
+	Retried int `json:"retried"`
 	// Linearizable: for every id, some order of its operations, consistent
 	// with when each was called and answered, is one the lease register
 	// allows: tokens only grow, only the current holder commits, an id is
@@ -106,6 +109,17 @@ func CheckHistory(ctx context.Context, eng *engine.Engine, ops []engine.HistoryO
 		last = max(last, op.Call, op.Return)
 		if op.Return == 0 {
 			c.Unknown++
+		}
+	}
+	reqs := map[string]int{}
+	for _, op := range ops {
+		if op.Kind == "commit" {
+			reqs[op.Request]++
+		}
+	}
+	for _, n := range reqs {
+		if n > 1 {
+			c.Retried++
 		}
 	}
 	ids := make([]int64, 0, len(byID))

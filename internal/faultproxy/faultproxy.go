@@ -126,6 +126,16 @@ func (p *Proxy) CutNextCommit(delivered bool) <-chan struct{} {
 	return o.done
 }
 
+// CancelCut withdraws a cut that has not happened yet; it reports whether
+// there was one.
+func (p *Proxy) CancelCut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	had := p.cut != nil
+	p.cut = nil
+	return had
+}
+
 // wait blocks while a partition lasts.
 func (p *Proxy) wait() {
 	p.mu.Lock()
