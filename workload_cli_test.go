@@ -144,7 +144,7 @@ func TestBenchCommand(t *testing.T) {
 func TestBenchOnAPoolThatRunsEmpty(t *testing.T) {
 	t.Parallel()
 	db := []string{"--dsn", pgtest.DSN(), "--schema", scratch(t)}
-	r := pooltop(t, append([]string{"bench", "--pool-size", "100", "--workers", "4", "--strategies", "skip-locked",
+	r := pooltop(t, append([]string{"bench", "--pool-size", "10", "--workers", "4", "--strategies", "skip-locked",
 		"--duration", "1s", "--warmup", "0s", "--no-pgbench"}, db...)...)
 	if r.code != exitError || !strings.Contains(r.stderr, "ran empty in skip-locked at 4 workers") || !strings.Contains(r.stderr, "raise --pool-size") {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
