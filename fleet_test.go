@@ -44,19 +44,6 @@ func binary(t *testing.T) string {
 	return builtBin
 }
 
-// cleanEnv is the environment without the variables that name a server.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == "DATABASE_URL" || strings.HasPrefix(k, "PG") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
 // workProcess is one `pooltop work` running as a process of its own.
 type workProcess struct {
 	cmd            *exec.Cmd
@@ -68,7 +55,7 @@ func startWork(t *testing.T, args ...string) *workProcess {
 	t.Helper()
 	p := &workProcess{done: make(chan error, 1)}
 	p.cmd = exec.Command(binary(t), append([]string{"work"}, args...)...)
-	p.cmd.Env = cleanEnv()
+	p.cmd.Env = workload.WorkEnv()
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
