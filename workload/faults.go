@@ -192,14 +192,20 @@ func (c *Campaign) Run(ctx context.Context) (FaultSummary, error) {
 	start := time.Now()
 	deadline := start.Add(c.Duration)
 	turn := 0
-	for time.Now().Before(deadline) {
+	// Until the duration has passed and every kind was injected once (a
+	// slow restart on a loaded machine must not crowd the others out).
+	more := func() bool { return time.Now().Before(deadline) || turn < len(c.Faults) }
+	for more() {
 		wait := time.Duration((0.5 + rng.Float64()) * float64(c.Every))
+		if turn >= len(c.Faults) {
+			wait = min(wait, time.Until(deadline))
+		}
 		select {
 		case <-ctx.Done():
 			return sum, ctx.Err()
-		case <-time.After(min(wait, time.Until(deadline))):
+		case <-time.After(wait):
 		}
-		if !time.Now().Before(deadline) {
+		if !more() {
 			break
 		}
 		// Each kind in turn, so that a short campaign has them all.
