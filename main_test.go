@@ -23,7 +23,19 @@ import (
 
 // The database starts before the tests and stops after them; goleak then
 // checks that nothing was left running.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Runner{M: m}) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(removeBinary{pgtest.Runner{M: m}}) }
+
+// removeBinary runs the tests, then removes the pooltop binary that binary
+// built for them.
+type removeBinary struct{ pgtest.Runner }
+
+func (r removeBinary) Run() int {
+	code := r.Runner.Run()
+	if builtBin != "" {
+		_ = os.RemoveAll(filepath.Dir(builtBin))
+	}
+	return code
+}
 
 type result struct {
 	code           int
