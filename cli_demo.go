@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -51,7 +52,7 @@ func isTerminal() bool { return term.IsTerminal(os.Stdout.Fd()) && term.IsTermin
 // useColor honours NO_COLOR (https://no-color.org).
 func useColor() bool { return os.Getenv("NO_COLOR") == "" }
 
-func (o *demoOptions) validate(*globals) error {
+func (o *demoOptions) validate(g *globals) error {
 	if o.poolSize < 0 || o.poolSize > engine.MaxSeed {
 		return usageError{fmt.Errorf("--pool-size %d: give between 1 and %d", o.poolSize, engine.MaxSeed)}
 	}
@@ -72,6 +73,9 @@ func (o *demoOptions) validate(*globals) error {
 		return usageError{err}
 	}
 	o.cfg = cfg
+	if err := checkVacuumOff(g, cfg); err != nil {
+		return err
+	}
 	if err := o.watch.checkCount(); err != nil {
 		return err
 	}
@@ -149,4 +153,16 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 	}
 	return tui.Run(ctx, tui.Options{Source: src, Knobs: st, Mode: "demo", Server: server, Interval: o.watch.interval,
 		Color: useColor(), Scenario: o.sc.Name, Actions: &actor{db: d.pool, eng: d.eng, col: col}})
+}
+
+// checkVacuumOff refuses a start with autovacuum off (the vacuum-off story)
+// where the pool may not be pooltop's: with --allow-writes on a --dsn the
+// demo and work run on pools pooltop did not create, and turning a user's
+// autovacuum off is not theirs to do. (The dashboard's keys are checked by
+// the stage the same way.)
+func checkVacuumOff(g *globals, cfg workload.Config) error {
+	if !cfg.Autovacuum && g.dsn != "" && g.allowWrites {
+		return usageError{errors.New("--scenario vacuum-off turns autovacuum off for the pool: refused with --allow-writes, where the pool may not be pooltop's; run it on the throwaway server or on a pool made by pooltop migrate, without --allow-writes")}
+	}
+	return nil
 }

@@ -39,6 +39,7 @@ func TestOptionsValidate(t *testing.T) {
 	bench := func() options { return &benchOptions{} }
 	chaos := func() options { return &chaosOptions{} }
 	work := func() options { return &workOptions{} }
+	demo := func() options { return &demoOptions{} }
 	benchDB := globals{schema: "pooltop_bench"}
 	chaosDB := globals{schema: "pooltop_chaos"}
 	watched := globals{dsn: "postgres://pooltop@127.0.0.1:1/pool", schema: "public"}
@@ -71,6 +72,10 @@ func TestOptionsValidate(t *testing.T) {
 		{"chaos too many processes", chaos, chaosDB, []string{"--faults", "kill", "--processes", "100"}, "--processes"},
 		{"chaos faults too often", chaos, chaosDB, []string{"--faults", "kill", "--fault-every", "1ms"}, "--fault-every"},
 		{"work defaults", work, watched, nil, ""},
+		{"work vacuum-off on a pool that may not be pooltop's", work, globals{dsn: "postgres://x@127.0.0.1:1/db", schema: "public"}, []string{"--scenario", "vacuum-off", "--allow-writes"}, "--allow-writes"},
+		{"work vacuum-off on a pooltop pool", work, watched, []string{"--scenario", "vacuum-off"}, ""},
+		{"demo vacuum-off on a pool that may not be pooltop's", demo, globals{dsn: "postgres://x@127.0.0.1:1/db", schema: "public"}, []string{"--scenario", "vacuum-off", "--allow-writes"}, "--allow-writes"},
+		{"demo vacuum-off on the throwaway server", demo, globals{schema: "public"}, []string{"--scenario", "vacuum-off", "--allow-writes"}, ""},
 		{"work without --dsn", work, globals{schema: "public"}, nil, "--dsn"},
 		{"work knobs", work, watched, []string{"--task", "400ms", "--ttl", "5s", "--batch", "10", "--crash-rate", "0.1"}, ""},
 		{"work bad ttl", work, watched, []string{"--ttl", "1ms"}, "ttl"},

@@ -107,6 +107,9 @@ func (o *workOptions) validate(g *globals) error {
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
+	if err := checkVacuumOff(g, cfg); err != nil {
+		return err
+	}
 	if o.maxConns == 0 {
 		o.maxConns = min(cfg.Workers+2, 64)
 	}
