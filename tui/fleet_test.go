@@ -20,7 +20,7 @@ func TestFleetLine(t *testing.T) {
 	}
 	m := polled(t, src, nil, 120, 40)
 	view := ansiStrip(m.View())
-	for _, want := range []string{"fleet: 2 alive 2,000 cycles/s", "1 gone: api-3 12s ago, held 7", "1 stopped"} {
+	for _, want := range []string{"fleet: 2 alive 2,000 cycles/s", "1 gone: api-3 12s ago, held 7 at its last beat", "1 stopped"} {
 		if !strings.Contains(view, want) {
 			t.Fatalf("no %q on the dashboard:\n%s", want, view)
 		}

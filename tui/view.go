@@ -660,7 +660,7 @@ func fleetLines(st Styles, fleet []collector.Process) []string {
 		case collector.ProcessStopped:
 			stopped++
 		default:
-			gone = append(gone, fmt.Sprintf("%s %s ago, held %d", sanitize(p.Name), (time.Duration(p.LastSeenS)*time.Second).String(), p.Held))
+			gone = append(gone, fmt.Sprintf("%s %s ago, held %d at its last beat", sanitize(p.Name), (time.Duration(p.LastSeenS)*time.Second).String(), p.Held))
 		}
 	}
 	line := st.Dim.Render("fleet: ") + fmt.Sprintf("%d alive %s cycles/s", alive, formatInt(int64(rate)))
