@@ -143,7 +143,19 @@ func TestFleetOfProcesses(t *testing.T) {
 		v := fleet()["victim"]
 		return v.State == collector.ProcessGone && !v.Alive && v.CyclesPS == 0
 	})
+	// Gone, it is shown with the leases it still holds, counted in the pool:
+	// never more than it held when it died, and falling to 0 as the
+	// keeper's reaper takes them back, while it is still listed gone.
+	died := held()
+	pgtest.Eventually(t, "the gone process's leases counted in the pool", 10*time.Second, func() bool {
+		v := fleet()["victim"]
+		return v.HeldCounted && v.Held > 0 && int(v.Held) <= died && !v.HeldAtLeast
+	})
 	pgtest.Eventually(t, "the keeper's reaper brings the killed process's leases back", 15*time.Second, func() bool { return held() == 0 })
+	pgtest.Eventually(t, "the gone process shown holding nothing", 10*time.Second, func() bool {
+		v := fleet()["victim"]
+		return v.State == collector.ProcessGone && v.HeldCounted && v.Held == 0
+	})
 
 	// SIGTERM drains: the keeper releases what it holds and says so.
 	if err := keeper.cmd.Process.Signal(syscall.SIGTERM); err != nil {

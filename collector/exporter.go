@@ -77,7 +77,7 @@ var (
 	descErrors       = desc("pooltop_workload_errors_total", "Failed workload statements by class (demo only).", "class")
 	descFleet        = desc("pooltop_fleet_processes", "pooltop work processes by state: alive, stopped (drained), gone (stopped heartbeating without draining).", "state")
 	descFleetCycles  = desc("pooltop_fleet_cycles_per_second", "Cycles per second of the live pooltop work processes, summed.")
-	descFleetHeld    = desc("pooltop_fleet_gone_held_leases", "Leases the gone processes held at their last heartbeat: waiting for the reaper.")
+	descFleetHeld    = desc("pooltop_fleet_gone_held_leases", "Leases the gone processes still hold, counted in the pool (until counted, as their last heartbeat said): waiting for the reaper.")
 )
 
 // workloadCounters are the demo workload's counters, exported as _total.

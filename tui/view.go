@@ -646,8 +646,8 @@ func (m Model) viewLocks(width, height int) string {
 
 // fleetLines sum up the `pooltop work` processes: how many are alive and
 // their cycles per second, how many stopped, then on a line of their own
-// the gone ones by name with the leases they held at their last heartbeat
-// (waiting for the reaper).
+// the gone ones by name with the leases they still hold (waiting for the
+// reaper).
 func fleetLines(st Styles, fleet []collector.Process) []string {
 	var alive, stopped int
 	var rate float64
@@ -660,7 +660,7 @@ func fleetLines(st Styles, fleet []collector.Process) []string {
 		case collector.ProcessStopped:
 			stopped++
 		default:
-			gone = append(gone, fmt.Sprintf("%s %s ago, held %d at its last beat", sanitize(p.Name), (time.Duration(p.LastSeenS)*time.Second).String(), p.Held))
+			gone = append(gone, fmt.Sprintf("%s %s ago, %s", sanitize(p.Name), (time.Duration(p.LastSeenS)*time.Second).String(), goneHeld(p)))
 		}
 	}
 	line := st.Dim.Render("fleet: ") + fmt.Sprintf("%d alive %s cycles/s", alive, formatInt(int64(rate)))
@@ -672,6 +672,21 @@ func fleetLines(st Styles, fleet []collector.Process) []string {
 		lines = append(lines, st.Warn.Render(fmt.Sprintf("%d gone: %s", len(gone), strings.Join(gone, "; "))))
 	}
 	return lines
+}
+
+// goneHeld says what a gone process holds: counted in the pool (falling as
+// the reaper takes the leases back), or until it is counted, what its last
+// heartbeat said.
+func goneHeld(p collector.Process) string {
+	switch {
+	case !p.HeldCounted:
+		return fmt.Sprintf("held %s at its last beat", formatInt(int64(p.Held)))
+	case p.HeldAtLeast:
+		return fmt.Sprintf("still holds ≥%s", formatInt(int64(p.Held)))
+	case p.Held == 0:
+		return "holds nothing now"
+	}
+	return fmt.Sprintf("still holds %s", formatInt(int64(p.Held)))
 }
 
 // gutter adds a blank column on the right of every line of s.
