@@ -130,6 +130,14 @@ func (e *Engine) acquire(ctx context.Context, p *LeaseAcquireParams) ([]Lease, e
 	)
 	switch p.Strategy {
 	case SkipLocked:
+		var sh *shape
+		if sh, err = e.poolShape(ctx); err != nil {
+			break
+		}
+		if len(sh.parts) > 0 {
+			leases, err = e.acquirePartitioned(ctx, sh.parts, withLimit(sqlAcquireSkipLocked, p.N), p.Holder, ttl)
+			break
+		}
 		leases, err = e.acquireRows(ctx, e.db, withLimit(sqlAcquireSkipLocked, p.N), p.Holder, ttl)
 	case Blocking:
 		leases, err = e.acquireBlocking(ctx, p, ttl)
