@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 	"github.com/pooltop-dev/pooltop/migrations"
 )
