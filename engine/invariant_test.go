@@ -96,7 +96,10 @@ func TestInvariantTransitionsAreCompareAndSet(t *testing.T) {
 			t.Fatalf("rejected commit wrote %d effects", n)
 		}
 		// A free id cannot be released or committed: status is part of the CAS.
-		free := l.ID + 1
+		var free int64
+		if err := b.pool.QueryRow(b.ctx, "SELECT id FROM resource_pool WHERE status = 'UNUSED'").Scan(&free); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := b.eng.LeaseRelease(b.ctx, &engine.LeaseReleaseParams{ID: free, Token: 0}); !errors.Is(err, engine.ErrLeaseLost) {
 			t.Fatalf("release of a free id: %v, want ErrLeaseLost", err)
 		}
