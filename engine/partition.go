@@ -54,24 +54,37 @@ func (e *Engine) Partitions(ctx context.Context) ([]string, error) {
 	return append([]string(nil), sh.parts...), nil
 }
 
-// onPartition is a statement written for resource_pool, rewritten to run on
-// one partition of it.
-func onPartition(sql, part string) string { return strings.ReplaceAll(sql, "resource_pool", part) }
+// plainPool is the one table an unpartitioned pool's claims read.
+var plainPool = []string{"resource_pool"}
 
-// acquirePartitioned runs the SKIP LOCKED claim on the partitions of a
-// hash-partitioned pool, naming each partition directly (its own partial
-// index, no pruning or merge of N index scans): first a partition chosen at
-// random for this attempt, then the following ones in turn from there, until
-// one hands out rows. A partition that returns none is empty or all its free
-// rows are locked by other claimers; either way the next one may have rows.
-// No worker is bound to a partition, so workers spread over all of them and
-// a drained partition costs one empty statement per attempt that draws it.
-// The rows come from one partition, in id order within it; fewer than n when
-// that partition had fewer free: a claim of n promises at most n.
-func (e *Engine) acquirePartitioned(ctx context.Context, parts []string, sql, holder string, ttl any) ([]Lease, error) {
-	start := rand.IntN(len(parts))
-	for i := range parts {
-		leases, err := e.acquireRows(ctx, e.db, onPartition(sql, parts[(start+i)%len(parts)]), holder, ttl)
+// onPartition is a statement written for resource_pool, rewritten to run on
+// table, one partition of it (or the pool itself, unchanged).
+func onPartition(sql, table string) string {
+	if table == "resource_pool" {
+		return sql
+	}
+	return strings.ReplaceAll(sql, "resource_pool", table)
+}
+
+// onPartitions runs a claim on the tables a pool's rows live in: for a
+// hash-partitioned pool, its partitions, each named directly (its own
+// partial index, no pruning or merge of N index scans): first one chosen at
+// random for this attempt, then the following ones in turn from there,
+// until one hands out rows. A partition that hands out none is empty, or
+// its free rows are all taken by other claimers (locked, or lost to them);
+// either way the next one may have rows. No worker is bound to a
+// partition, so workers spread over all of them, and a drained partition
+// costs one empty statement to the attempts that draw it. The rows of a
+// claim come from one partition, in id order within it; fewer than n when
+// that partition had fewer free: a claim of n promises at most n. On a
+// plain table, claim runs once on it.
+func (e *Engine) onPartitions(tables []string, claim func(table string) ([]Lease, error)) ([]Lease, error) {
+	start := 0
+	if len(tables) > 1 {
+		start = rand.IntN(len(tables))
+	}
+	for i := range tables {
+		leases, err := claim(tables[(start+i)%len(tables)])
 		if err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
@@ -79,7 +92,7 @@ func (e *Engine) acquirePartitioned(ctx context.Context, parts []string, sql, ho
 			}
 			return nil, err
 		}
-		if len(leases) > 0 {
+		if len(leases) > 0 || len(tables) == 1 {
 			return leases, nil
 		}
 		e.stats.fallthroughs.Add(1)
