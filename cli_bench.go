@@ -150,7 +150,7 @@ func (o *benchOptions) measure(ctx context.Context, g *globals, d *database) ([]
 	}
 	noPgbench := o.noPgbench
 	if o.partitions > 0 {
-		fmt.Fprintf(g.stderr, "bench: the pool is hash-partitioned on id in %d partitions: pooltop's workers claim from a random partition per attempt, pgbench's SQL through the parent\n", o.partitions)
+		fmt.Fprintf(g.stderr, "bench: the pool is hash-partitioned on id in %d partitions: pooltop's workers and pgbench claim from a random partition per attempt\n", o.partitions)
 	}
 	for _, n := range o.counts {
 		for _, m := range o.modes {
@@ -195,6 +195,13 @@ func interrupted(ctx context.Context, err error) error {
 // pgbenchCycle runs the single-row claim and fenced commit through pgbench.
 func pgbenchCycle(ctx context.Context, g *globals, d *database, workers int, dur, rtt time.Duration) (workload.BenchResult, error) {
 	script := pgbench.CycleScript(time.Minute, rtt)
+	parts, err := d.eng.Partitions(ctx)
+	if err != nil {
+		return workload.BenchResult{}, err
+	}
+	if len(parts) > 0 {
+		script = pgbench.PartitionedCycleScript(time.Minute, rtt, parts)
+	}
 	res, err := pgbench.Run(ctx, pgbench.Options{DSN: d.dsn, Schema: g.schema, Script: script, Clients: workers, Duration: dur, Latency: true})
 	if err != nil {
 		return workload.BenchResult{}, errors.New(g.redact(err.Error()))
