@@ -300,7 +300,7 @@ func (c *Collector) startPoll() int {
 		c.pending = pendingCounter{}
 		c.census = census{byTID: c.census.byTID}
 		c.holders = holderSample{}
-		c.parts = nil
+		c.parts = partitionCounts{}
 		c.claims = claimReader{available: c.claims.available}
 		c.rebuilt = false
 	}
