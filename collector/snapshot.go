@@ -77,8 +77,8 @@ type PartitionDead struct {
 
 // PartitionUnused is one partition's UNUSED ids, counted like the pool's
 // (a rolling recount by id range of its own partial index, see
-// unusedCounter): Estimated while some of its ranges were counted at an
-// earlier poll.
+// unusedCounter), one partition per poll in turn (see partitionCounts):
+// Estimated while some of its ranges were counted at an earlier poll.
 type PartitionUnused struct {
 	Name      string `json:"name"`
 	Unused    int64  `json:"unused"`
