@@ -26,6 +26,7 @@ type benchOptions struct {
 	noPgbench           bool
 	maxConns, batch     int
 	rtt                 time.Duration
+	partitions          int
 
 	modes  []workload.BenchMode // --strategies, each batched one at --batch
 	counts []int                // --workers
@@ -65,6 +66,7 @@ func (o *benchOptions) addFlags(c *cobra.Command, g *globals) {
 	f.IntVar(&o.maxConns, "max-conns", 16, "connections the workers share: more workers queue in Go, not in PostgreSQL")
 	f.IntVar(&o.batch, "batch", 1000, "ids per claim and per commit in the batched mode")
 	f.DurationVar(&o.rtt, "rtt", 0, "simulated network round trip added to every exchange with the server (e.g. 1ms)")
+	partitionsFlag(c, &o.partitions)
 	g.loadFlags(c, "print JSON")
 }
 
@@ -95,6 +97,9 @@ func (o *benchOptions) validate(g *globals) error {
 	if err := checkScratch(g.schema, "bench"); err != nil {
 		return err
 	}
+	if err := checkPartitionsFlag(o.partitions); err != nil {
+		return err
+	}
 	if o.maxConns < 1 || o.maxConns > 256 {
 		return usageError{fmt.Errorf("--max-conns %d: between 1 and 256", o.maxConns)}
 	}
@@ -111,7 +116,7 @@ func (o *benchOptions) validate(g *globals) error {
 
 func (o *benchOptions) run(ctx context.Context, g *globals) error {
 	maxConns := int32(min(slices.Max(o.counts), o.maxConns))
-	d, err := g.open(ctx, openOptions{appName: "pooltop-bench", maxConns: maxConns, write: true, migrate: true, load: true, rtt: o.rtt})
+	d, err := g.open(ctx, openOptions{appName: "pooltop-bench", maxConns: maxConns, write: true, migrate: true, load: true, rtt: o.rtt, partitions: o.partitions})
 	if err != nil {
 		return err
 	}
@@ -144,6 +149,9 @@ func (o *benchOptions) measure(ctx context.Context, g *globals, d *database) ([]
 		results = append(results, r)
 	}
 	noPgbench := o.noPgbench
+	if o.partitions > 0 {
+		fmt.Fprintf(g.stderr, "bench: the pool is hash-partitioned on id in %d partitions: pooltop's workers and pgbench claim from a random partition per attempt\n", o.partitions)
+	}
 	for _, n := range o.counts {
 		for _, m := range o.modes {
 			if err := freshPool(ctx, d, o.poolSize); err != nil {
@@ -187,6 +195,13 @@ func interrupted(ctx context.Context, err error) error {
 // pgbenchCycle runs the single-row claim and fenced commit through pgbench.
 func pgbenchCycle(ctx context.Context, g *globals, d *database, workers int, dur, rtt time.Duration) (workload.BenchResult, error) {
 	script := pgbench.CycleScript(time.Minute, rtt)
+	parts, err := d.eng.Partitions(ctx)
+	if err != nil {
+		return workload.BenchResult{}, err
+	}
+	if len(parts) > 0 {
+		script = pgbench.PartitionedCycleScript(time.Minute, rtt, parts)
+	}
 	res, err := pgbench.Run(ctx, pgbench.Options{DSN: d.dsn, Schema: g.schema, Script: script, Clients: workers, Duration: dur, Latency: true})
 	if err != nil {
 		return workload.BenchResult{}, errors.New(g.redact(err.Error()))

@@ -34,6 +34,8 @@ type chaosOptions struct {
 	faults   string
 	procs    int
 	every    time.Duration
+	// partitions: the pool hash-partitioned on id in this many partitions.
+	partitions int
 	// changed reports whether a flag was given: only those override the
 	// scenario's settings.
 	changed func(flag string) bool
@@ -81,6 +83,7 @@ func (o *chaosOptions) addFlags(c *cobra.Command, g *globals) {
 	f.StringVar(&o.faults, "faults", "", "real faults instead of the scenario's simulated ones: kill,terminate,restart,lost-ack,partition (worker processes killed with SIGKILL, their sessions terminated, PostgreSQL restarted by an immediate shutdown, the connection cut around a commit, the network stalled longer than a lease); on the throwaway server only")
 	f.IntVar(&o.procs, "processes", 4, "with --faults: pooltop work processes in the fleet")
 	f.DurationVar(&o.every, "fault-every", 2*time.Second, "with --faults: mean time between faults")
+	partitionsFlag(c, &o.partitions)
 	o.changed = f.Changed
 	g.loadFlags(c, "print the summary as JSON")
 }
@@ -108,6 +111,9 @@ func (o *chaosOptions) validate(g *globals) error {
 		return usageError{fmt.Errorf("--duration %v: between 1s and 24h", o.duration)}
 	}
 	if err := checkScratch(g.schema, "chaos"); err != nil {
+		return err
+	}
+	if err := checkPartitionsFlag(o.partitions); err != nil {
 		return err
 	}
 	if o.faults != "" {
@@ -154,7 +160,7 @@ func (o *chaosOptions) run(ctx context.Context, g *globals) error {
 	if o.kind != nil {
 		return o.runFaults(ctx, g)
 	}
-	d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 16, write: true, migrate: true, load: true})
+	d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 16, write: true, migrate: true, load: true, partitions: o.partitions})
 	if err != nil {
 		return err
 	}
@@ -223,7 +229,7 @@ func printSummary(w io.Writer, s workload.Summary) error {
 // processes on the throwaway server, then audits it.
 func (o *chaosOptions) runFaults(ctx context.Context, g *globals) error {
 	// A restart must lose nothing acknowledged: commits wait for their WAL.
-	d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 8, write: true, migrate: true, load: true,
+	d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 8, write: true, migrate: true, load: true, partitions: o.partitions,
 		settings: map[string]string{"synchronous_commit": "on"}})
 	if err != nil {
 		return err

@@ -77,6 +77,9 @@ type openOptions struct {
 	rtt time.Duration
 	// settings for the embedded server, over its defaults.
 	settings map[string]string
+	// partitions: with migrate, create the pool hash-partitioned on id in
+	// this many partitions (0: a plain table).
+	partitions int
 }
 
 // open connects to the named server, or starts the embedded one, migrates it
@@ -123,7 +126,7 @@ func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 		}
 	}
 	if o.migrate {
-		if _, err := g.migrate(ctx, d.dsn, from, migrations.Options{Adopt: g.allowWrites}); err != nil {
+		if _, err := g.migrate(ctx, d.dsn, from, migrations.Options{Adopt: g.allowWrites, Partitions: o.partitions}); err != nil {
 			return nil, err
 		}
 	}
@@ -225,11 +228,21 @@ func (g *globals) loadFlags(c *cobra.Command, jsonHelp string) {
 }
 
 // scratchDefault gives bench and chaos a schema of their own, pooltop_ and
-// the command's name, when --schema is not given.
+// the command's name, when --schema is not given; with --partitions N, a
+// schema for that layout (pooltop_bench_p4), so that a plain scratch pool
+// and a partitioned one never stand in each other's way.
 func scratchDefault(g *globals, c *cobra.Command, name string) {
 	if f := c.Flag("schema"); f == nil || !f.Changed {
 		g.schema = "pooltop_" + name
+		if f := c.Flag("partitions"); f != nil && f.Value.String() != "0" {
+			g.schema += "_p" + f.Value.String()
+		}
 	}
+}
+
+// partitionsFlag adds --partitions to a command that creates its pool.
+func partitionsFlag(c *cobra.Command, n *int) {
+	c.Flags().IntVar(n, "partitions", 0, fmt.Sprintf("create the pool hash-partitioned on id in N partitions (%d..%d; 0: a plain table)", migrations.MinPartitions, migrations.MaxPartitions))
 }
 
 // checkScratch checks that bench and chaos work in a schema of their own:

@@ -23,8 +23,10 @@ type demoOptions struct {
 	workers  int
 	scenario string
 	maxConns int
-	reaper   engine.ReaperConfig
-	watch    watchOptions
+	// partitions: create the pool hash-partitioned on id in this many partitions.
+	partitions int
+	reaper     engine.ReaperConfig
+	watch      watchOptions
 
 	cfg workload.Config   // the workload's, made by validate
 	sc  workload.Scenario // the scenario it starts with
@@ -36,6 +38,7 @@ func (o *demoOptions) addFlags(c *cobra.Command, g *globals) {
 	f.IntVar(&o.workers, "workers", 0, "simulated workers at start (default: the scenario's)")
 	f.StringVar(&o.scenario, "scenario", "healthy", "the scenario preset to start with (see pooltop chaos --help)")
 	f.IntVar(&o.maxConns, "max-conns", 16, "connections the workers share")
+	partitionsFlag(c, &o.partitions)
 	f.DurationVar(&o.reaper.Interval, "reaper-interval", time.Second, "time between reaper passes")
 	f.IntVar(&o.reaper.Batch, "reaper-batch", 1000, "rows per reaper statement")
 	f.DurationVar(&o.reaper.Grace, "reaper-grace", 0, "reclaim only leases expired for longer than this")
@@ -58,6 +61,9 @@ func (o *demoOptions) validate(g *globals) error {
 	}
 	if o.maxConns < 1 || o.maxConns > 256 {
 		return usageError{fmt.Errorf("--max-conns %d: between 1 and 256", o.maxConns)}
+	}
+	if err := checkPartitionsFlag(o.partitions); err != nil {
+		return err
 	}
 	sc, err := workload.ScenarioByName(o.scenario)
 	if err != nil {
@@ -96,7 +102,7 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer metrics.close()
-	d, err := g.open(ctx, openOptions{appName: "pooltop-workload", maxConns: int32(o.maxConns), write: true, migrate: true, load: true})
+	d, err := g.open(ctx, openOptions{appName: "pooltop-workload", maxConns: int32(o.maxConns), write: true, migrate: true, load: true, partitions: o.partitions})
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,8 @@ import (
 
 // migrateOptions are the flags of pooltop migrate.
 type migrateOptions struct {
-	dryRun bool
+	dryRun     bool
+	partitions int
 }
 
 func newMigrateCmd(g *globals) *cobra.Command {
@@ -36,12 +37,18 @@ build), autovacuum settings for a queue-like table are set, and
 business_ledger and pooltop_meta are created. --dry-run prints every
 statement without running any.
 
+--partitions N creates resource_pool hash-partitioned on id in N partitions
+(2..256; same table name and columns; the partial indexes on every
+partition; identifier unique per (identifier, id) only). It only creates: a
+schema that already holds an unpartitioned pool is refused.
+
 The database comes from --dsn, else DATABASE_URL, else the PG* variables.`,
 	})
 }
 
 func (o *migrateOptions) addFlags(c *cobra.Command, g *globals) {
 	c.Flags().BoolVar(&o.dryRun, "dry-run", false, "print the statements without running any")
+	c.Flags().IntVar(&o.partitions, "partitions", 0, fmt.Sprintf("create the pool hash-partitioned on id in N partitions (%d..%d)", migrations.MinPartitions, migrations.MaxPartitions))
 	g.jsonFlag(c, "print JSON")
 	g.allowWritesFlag(c, "adopt a resource_pool that pooltop did not create")
 }
@@ -50,6 +57,9 @@ func (o *migrateOptions) validate(g *globals) error {
 	if err := engine.ValidSchema(g.schema); err != nil {
 		return usageError{fmt.Errorf("--schema: %w", err)}
 	}
+	if err := checkPartitionsFlag(o.partitions); err != nil {
+		return err
+	}
 	if g.wantsEmbedded() {
 		return usageError{errors.New("migrate needs a database: pass --dsn (or set DATABASE_URL or PGHOST); the demo migrates its throwaway server itself")}
 	}
@@ -57,11 +67,11 @@ func (o *migrateOptions) validate(g *globals) error {
 }
 
 func (o *migrateOptions) run(ctx context.Context, g *globals) error {
-	res, err := g.migrate(ctx, g.resolvedDSN(), g.dsnFrom(), migrations.Options{Adopt: g.allowWrites, DryRun: o.dryRun})
+	res, err := g.migrate(ctx, g.resolvedDSN(), g.dsnFrom(), migrations.Options{Adopt: g.allowWrites, DryRun: o.dryRun, Partitions: o.partitions})
 	if err != nil {
 		return err
 	}
-	v := map[string]any{"schema": g.schema, "version": res.Version, "dry_run": o.dryRun, "adopted": res.Adopted, "statements": res.Statements}
+	v := map[string]any{"schema": g.schema, "version": res.Version, "dry_run": o.dryRun, "adopted": res.Adopted, "statements": res.Statements, "partitions": o.partitions}
 	return g.emit(v, func(w io.Writer) error {
 		if o.dryRun {
 			if res.Adopted && !g.allowWrites {
@@ -82,4 +92,12 @@ func (o *migrateOptions) run(ctx context.Context, g *globals) error {
 		fmt.Fprintf(w, "schema %s %s at version %d\n", g.schema, verb, res.Version)
 		return nil
 	})
+}
+
+// checkPartitionsFlag checks a --partitions value (0: not partitioned).
+func checkPartitionsFlag(n int) error {
+	if n != 0 && (n < migrations.MinPartitions || n > migrations.MaxPartitions) {
+		return usageError{fmt.Errorf("--partitions %d: out of range: give between %d and %d partitions (or leave it out for an unpartitioned pool)", n, migrations.MinPartitions, migrations.MaxPartitions)}
+	}
+	return nil
 }

@@ -47,6 +47,7 @@ func (o *watchOptions) addFlags(c *cobra.Command, g *globals) {
 	f.DurationVar(&o.alerts.ExpiredAfter, "alert-expired", time.Second, "alert when a lease expired longer ago than this is still PENDING (one reaper interval)")
 	f.Float64Var(&o.alerts.DeadRatio, "alert-dead-ratio", 0.2, "alert when dead tuples exceed this fraction of the table")
 	f.Float64Var(&o.alerts.Connections, "alert-connections", 0.9, "alert when connections exceed this fraction of max_connections")
+	f.IntVar(&o.alerts.LWLockWaiters, "alert-lwlock-waiters", 4, "alert when this many sessions on the pool wait on an LWLock (page latches) at one poll")
 	g.jsonFlag(c, "with --headless: one JSON object per line")
 	o.sink.addFlags(c)
 }
@@ -90,6 +91,9 @@ func (o *watchOptions) checkAlerts() error {
 		if math.IsNaN(r.v) || r.v <= 0 || r.v > 1 {
 			return usageError{fmt.Errorf("%s %v: give a fraction above 0 and at most 1 (e.g. 0.2)", r.flag, r.v)}
 		}
+	}
+	if o.alerts.LWLockWaiters < 1 {
+		return usageError{fmt.Errorf("--alert-lwlock-waiters %d: give a number of sessions, at least 1 (e.g. 4)", o.alerts.LWLockWaiters)}
 	}
 	return nil
 }

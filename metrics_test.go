@@ -137,6 +137,7 @@ func TestMetricsOfWatchMatchItsSnapshot(t *testing.T) {
 		{"pooltop_pool_ids", []string{"state=consumed"}, float64(s.Pool.Consumed)},
 		{"pooltop_lock_waiters", nil, float64(s.LockWaiters)},
 		{"pooltop_lock_wait_max_seconds", nil, s.LockWaitMaxMS / 1000},
+		{"pooltop_lwlock_waiters", nil, float64(s.LWLockWaits)},
 		{"pooltop_dead_tuples", nil, float64(s.DeadTuples)},
 		{"pooltop_live_tuples", nil, float64(s.LiveTuples)},
 		{"pooltop_burn_ids_per_second", nil, s.BurnPerS},

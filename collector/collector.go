@@ -47,6 +47,10 @@ type AlertConfig struct {
 	ExpiredAfter time.Duration // a lease expired longer ago than this is still PENDING (one reaper interval)
 	DeadRatio    float64       // dead / (live + dead) tuples above this
 	Connections  float64       // connections above this fraction of max_connections
+	// LWLockWaiters: this many sessions or more on the pool wait on an
+	// LWLock at one poll (4): page-latch contention, which hash
+	// partitioning spreads.
+	LWLockWaiters int
 	// Hold is how long a raised alert's figure must stay calm (under a
 	// lower threshold: half the lock wait, three quarters of the dead
 	// ratio, a third more time to depletion, 10 points of connections)
@@ -95,9 +99,12 @@ func (c *Config) defaults() error {
 	a.DeadRatio = cmp.Or(a.DeadRatio, 0.2)
 	a.Connections = cmp.Or(a.Connections, 0.9)
 	a.Hold = cmp.Or(a.Hold, 10*time.Second)
+	a.LWLockWaiters = cmp.Or(a.LWLockWaiters, 4)
 	switch {
 	case c.StuckAfter < 0 || c.History < 1 || c.CountBudget < 0:
 		return fmt.Errorf("collector: StuckAfter %v, History %d, CountBudget %v: out of range", c.StuckAfter, c.History, c.CountBudget)
+	case a.LWLockWaiters < 1:
+		return fmt.Errorf("collector: LWLock waiters %d: at least 1", a.LWLockWaiters)
 	case a.LockWait < 0 || a.DepletionWithin < 0 || a.ExpiredAfter < 0:
 		return fmt.Errorf("collector: alert durations must not be negative (lock wait %v, depletion %v, expired %v)", a.LockWait, a.DepletionWithin, a.ExpiredAfter)
 	case math.IsNaN(a.DeadRatio) || a.DeadRatio < 0 || a.DeadRatio > 1:
@@ -128,6 +135,7 @@ type target struct {
 	oid          uint32
 	leaves       []uint32 // the table, or its partitions: where rows and statistics live
 	leafNames    []string
+	leafQuoted   []string // the leaves schema-qualified and quoted, for statements
 	partitioned  bool
 	ledgerOID    uint32 // 0 when there is no business_ledger beside it
 	fleet        string // quoted pooltop_worker beside it, "" when there is none (or it cannot be read)
@@ -173,6 +181,9 @@ type Collector struct {
 	burnSamples int
 	alerts      map[string]*alertState
 	empty       bool // the pool was empty at the last poll
+	// parts count the UNUSED ids of each partition (empty on a plain
+	// table, or one of more than MaxPartitionCounts partitions).
+	parts partitionCounts
 	// drainingSince is when the time to empty fell under the threshold.
 	drainingSince time.Time
 	// sampleFrom is the start of the interval the latest rates cover.
@@ -295,23 +306,24 @@ WHERE n.nspname = $1 AND c.relname = $2`, schema, table).Scan(&t.oid, &kind, &us
 		return fmt.Errorf("%s.%s is %s: point --table at the pool's table itself (pooltop reads its indexes and statistics)", schema, table, what)
 	}
 	t.partitioned = kind == "p"
-	t.leaves, t.leafNames = []uint32{t.oid}, []string{table}
+	t.leaves, t.leafNames, t.leafQuoted = []uint32{t.oid}, []string{table}, []string{t.qualified}
 	if t.partitioned {
-		// Rows, statistics and vacuum live in the partitions; the parent has none.
-		rows, err := c.pool.Query(ctx, `SELECT t.relid::oid, c.relname FROM pg_partition_tree($1::oid::regclass) t
-JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf ORDER BY c.relname`, t.oid)
+		// Rows, statistics and vacuum live in the partitions; the parent has
+		// none. In partition order: by name, shorter first (p2 before p10).
+		rows, err := c.pool.Query(ctx, `SELECT t.relid::oid, c.relname, format('%I.%I', n.nspname, c.relname) FROM pg_partition_tree($1::oid::regclass) t
+JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE t.isleaf ORDER BY length(c.relname), c.relname`, t.oid)
 		if err != nil {
 			return err
 		}
-		t.leaves, t.leafNames = nil, nil
+		t.leaves, t.leafNames, t.leafQuoted = nil, nil, nil
 		for rows.Next() {
 			var oid uint32
-			var name string
-			if err := rows.Scan(&oid, &name); err != nil {
+			var name, quoted string
+			if err := rows.Scan(&oid, &name, &quoted); err != nil {
 				rows.Close()
 				return err
 			}
-			t.leaves, t.leafNames = append(t.leaves, oid), append(t.leafNames, name)
+			t.leaves, t.leafNames, t.leafQuoted = append(t.leaves, oid), append(t.leafNames, name), append(t.leafQuoted, quoted)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -467,6 +479,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	c.queueServer(b, &s)
 	uq := c.unused.plan(start)
 	uq.queue(ub, c.t.qualified, c.unused.width)
+	pqs := c.queueParts(ub, start)
 	a := c.cfg.Alerts
 	var pq *pendingQuery
 	var cq *censusQuery
@@ -518,6 +531,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		c.unused.lowerFloor(nil, false, false)
 	}
 	p.Unused, p.UnusedAgeS, p.unusedDelta, p.haveDelta = uf.unused, uf.ageS, uf.delta, uf.haveDelta
+	s.Partitions = c.absorbParts(pqs, start, pq != nil && f.freed, p.Total)
 	if uf.estimated {
 		p.Estimated = append(p.Estimated, "unused")
 	}
@@ -547,6 +561,88 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	}
 	c.record(&s, gen)
 	return s, nil
+}
+
+// MaxPartitionCounts bounds the partitions whose UNUSED ids the collector
+// counts.
+const MaxPartitionCounts = 64
+
+// partitionCounts keeps a count of UNUSED ids per partition, each an
+// unusedCounter on the partition's own partial index. The first poll counts
+// every partition; after that each poll counts one, in turn, so that the
+// poll costs one statement more than on a plain table whatever the number
+// of partitions (counting all of them at every poll doubled the poll's time
+// under the demo's load on two cores). The others keep their last figures,
+// marked estimated.
+type partitionCounts struct {
+	counters []unusedCounter
+	last     []PartitionUnused
+	freed    []bool // PENDING rows were freed since the partition's last count
+	turn     int
+	primed   bool
+}
+
+// partQuery is the count of one partition queued in a poll.
+type partQuery struct {
+	i int
+	q *unusedQuery
+}
+
+// queueParts adds this poll's partition counts to the batch, on a
+// partitioned pool of at most MaxPartitionCounts partitions.
+func (c *Collector) queueParts(b *pgx.Batch, now time.Time) []partQuery {
+	if !c.t.partitioned || len(c.t.leaves) > MaxPartitionCounts || c.t.unusedIndex == "" {
+		return nil
+	}
+	pc := &c.parts
+	if n := len(c.t.leaves); len(pc.counters) != n {
+		*pc = partitionCounts{counters: make([]unusedCounter, n), last: make([]PartitionUnused, n), freed: make([]bool, n)}
+		for i := range pc.last {
+			pc.last[i] = PartitionUnused{Name: c.t.leafNames[i], Estimated: true}
+		}
+	}
+	which := []int{pc.turn % len(pc.counters)}
+	if !pc.primed {
+		which = which[:0]
+		for i := range pc.counters {
+			which = append(which, i)
+		}
+	}
+	pc.turn++
+	qs := make([]partQuery, 0, len(which))
+	for _, i := range which {
+		q := pc.counters[i].plan(now)
+		q.queue(b, c.t.leafQuoted[i], pc.counters[i].width)
+		qs = append(qs, partQuery{i, q})
+	}
+	return qs
+}
+
+// absorbParts takes the partitions' counts; freed says PENDING rows were
+// returned to the pool since the last poll (below a partition's head, as
+// likely as not), so a partition looks for its lowest UNUSED id from the
+// start of its index at its next count. total, the pool's rows by the
+// statistics, caps the estimate of ranges never counted yet at a
+// partition's share (the hash spreads ids evenly), since a partition holds
+// only one id in N of its id range.
+func (c *Collector) absorbParts(qs []partQuery, now time.Time, freed bool, total int64) []PartitionUnused {
+	if qs == nil {
+		return nil
+	}
+	pc := &c.parts
+	for i := range pc.freed {
+		pc.freed[i] = pc.freed[i] || freed
+		pc.last[i].Estimated = true
+	}
+	for _, pq := range qs {
+		u := &pc.counters[pq.i]
+		f := u.absorb(pq.q, now, c.cfg.CountBudget, max(total/int64(len(pc.counters)), 1))
+		u.lowerFloor(nil, false, pc.freed[pq.i])
+		pc.freed[pq.i] = false
+		pc.last[pq.i] = PartitionUnused{Name: c.t.leafNames[pq.i], Unused: f.unused, Estimated: f.estimated}
+	}
+	pc.primed = true
+	return append([]PartitionUnused(nil), pc.last...)
 }
 
 // byIndex says whether PENDING rows are counted through the partial index
@@ -624,7 +720,11 @@ func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
 	// holder and the lock waits. pg_locks takes every lock-manager partition
 	// lock to read the lock table, in the workers' way: it is read only while
 	// some session waits on a lock.
-	b.Queue(serverQuery(c.t.version), rels, c.t.leaves, c.t.partitioned).QueryRow(func(row pgx.Row) error {
+	names := []string{c.t.name}
+	if c.t.partitioned {
+		names = append(names, c.t.leafNames...)
+	}
+	b.Queue(serverQuery(c.t.version), rels, c.t.leaves, c.t.partitioned, names).QueryRow(func(row pgx.Row) error {
 		var live, dead, autovac *int64
 		var phase *string
 		var total, scanned, vacuumed *int64
@@ -635,9 +735,14 @@ func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
 		var waits []byte
 		var worst *uint32
 		var wlive, wdead *int64
+		var lwn *int32
+		var lwtop *string
 		if err := row.Scan(&live, &dead, &autovac, &s.LastAutovacuum, &phase, &total, &scanned, &vacuumed,
-			&xpid, &xapp, &xstate, &xage, &xs, &s.Connections, &s.MaxConnections, &waits, &worst, &wlive, &wdead); err != nil {
+			&xpid, &xapp, &xstate, &xage, &xs, &s.Connections, &s.MaxConnections, &waits, &worst, &wlive, &wdead, &lwn, &lwtop); err != nil {
 			return fmt.Errorf("server statistics: %w", err)
+		}
+		if lwn != nil && lwtop != nil {
+			s.LWLockWaits, s.LWLockWaitEvent = int(*lwn), *lwtop
 		}
 		if worst != nil {
 			p := &PartitionDead{Partitions: len(c.t.leaves), Dead: deref(wdead), Live: deref(wlive)}

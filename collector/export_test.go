@@ -5,3 +5,6 @@ import "time"
 // SetReanchor changes how often c looks for the lowest UNUSED id from the
 // start of the index, for a test.
 func SetReanchor(c *Collector, d time.Duration) { c.unused.reanchor = d }
+
+// EvaluateAlerts runs c's alert rules on s, as a poll does, for a test.
+func EvaluateAlerts(c *Collector, s *Snapshot) { c.evaluate(s, func(string, string, ...any) {}) }

@@ -63,6 +63,8 @@ var (
 	descEstimated    = desc("pooltop_pool_ids_estimated", "1 when the count of that state comes from statistics or a rolling recount instead of one exact count.", "state")
 	descWaiters      = desc("pooltop_lock_waiters", "Sessions waiting on a lock on the pool or its ledger.")
 	descWaitMax      = desc("pooltop_lock_wait_max_seconds", "Longest current lock wait on the pool or its ledger.")
+	descLWLock       = desc("pooltop_lwlock_waiters", "Sessions waiting on an LWLock (a page latch such as BufferContent, WAL, lock manager) at the poll, in a statement that names the pool or a partition.")
+	descPartUnused   = desc("pooltop_partition_unused_ids", "UNUSED ids of each partition of a partitioned pool.", "partition")
 	descDead         = desc("pooltop_dead_tuples", "Dead tuples of the pool table (all partitions).")
 	descLive         = desc("pooltop_live_tuples", "Live tuples of the pool table (all partitions).")
 	descBurn         = desc("pooltop_burn_ids_per_second", "Net decline of UNUSED ids per second, smoothed (negative: the pool grows).")
@@ -104,7 +106,7 @@ var workloadCounters = []struct {
 
 // Describe sends every metric's description.
 func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPoolIDs, descStuck, descEstimated, descWaiters, descWaitMax, descDead, descLive, descBurn,
+	for _, d := range []*prometheus.Desc{descPoolIDs, descStuck, descEstimated, descWaiters, descWaitMax, descLWLock, descPartUnused, descDead, descLive, descBurn,
 		descETA, descConsumedRate, descConns, descMaxConns, descAlert, descPollTime, descWorkers, descLeaked, descErrors,
 		descFleet, descFleetCycles, descFleetHeld} {
 		ch <- d
@@ -146,6 +148,10 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	gauge(descStuck, float64(p.Stuck))
 	gauge(descWaiters, float64(s.LockWaiters))
 	gauge(descWaitMax, s.LockWaitMaxMS/1000)
+	gauge(descLWLock, float64(s.LWLockWaits))
+	for _, p := range s.Partitions {
+		gauge(descPartUnused, float64(p.Unused), p.Name)
+	}
 	gauge(descDead, float64(s.DeadTuples))
 	gauge(descLive, float64(s.LiveTuples))
 	gauge(descBurn, s.BurnPerS)

@@ -29,7 +29,19 @@ func serverQuery(version int) string {
 
 // sqlServerTemplate: $1 the relations whose locks count (the pool, its
 // partitions, the ledger), $2 the relations holding rows and statistics
-// (the table or its partitions), $3 whether to name the worst partition.
+// (the table or its partitions), $3 whether to name the worst partition,
+// $4 the names of the table and its partitions.
+//
+// The LWLock figures count the client backends (not this one) that wait on
+// an LWLock (wait_event_type = 'LWLock': a page's buffer_content latch, the
+// WAL insert locks, the lock manager's partitions…) at the moment of the
+// poll, while running a statement that names the pool table or one of its
+// partitions: the page-latch contention at the head of the claim index that
+// hash partitioning spreads. It is a sample, not a total: an LWLock wait
+// lasts microseconds, so a count above zero at a 1 s poll means sessions
+// queue on latches often; the most frequent wait event is named.
+// Statements that touch the pool through a function or a view are not
+// counted (their text does not name it).
 const sqlServerTemplate = `
 WITH a AS MATERIALIZED (
     SELECT pid, backend_type, application_name, usename, state, backend_xmin, xact_start,
@@ -55,7 +67,8 @@ SELECT st.live, st.dead, st.autovac, st.last,
         FROM a JOIN (SELECT DISTINCT pid FROM l WHERE relation = ANY($1::oid[])) AS t ON t.pid = a.pid
         LEFT JOIN ws ON ws.pid = a.pid
         WHERE a.pid <> pg_backend_pid()),
-       w.o, w.live, w.dead
+       w.o, w.live, w.dead,
+       lw.n, lw.top
 FROM (SELECT sum(pg_stat_get_live_tuples(o))::bigint AS live, sum(pg_stat_get_dead_tuples(o))::bigint AS dead,
              sum(pg_stat_get_autovacuum_count(o))::bigint AS autovac, max(pg_stat_get_last_autovacuum_time(o)) AS last
       FROM unnest($2::oid[]) AS o) AS st
@@ -67,4 +80,10 @@ LEFT JOIN (SELECT o, pg_stat_get_live_tuples(o) AS live, pg_stat_get_dead_tuples
 LEFT JOIN (SELECT pid, coalesce(application_name, '') AS app, coalesce(state, '') AS state,
                   age(backend_xmin)::bigint AS age, extract(epoch FROM now() - xact_start)::float8 AS xact_s
            FROM a WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
-           ORDER BY age(backend_xmin) DESC LIMIT 1) AS x ON true`
+           ORDER BY age(backend_xmin) DESC LIMIT 1) AS x ON true
+CROSS JOIN LATERAL (
+    SELECT sum(e.n)::int AS n, (array_agg(e.wait_event ORDER BY e.n DESC, e.wait_event))[1] AS top
+    FROM (SELECT a.wait_event, count(*) AS n FROM a
+          WHERE a.wait_event_type = 'LWLock' AND a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()
+            AND EXISTS (SELECT 1 FROM unnest($4::text[]) AS t(name) WHERE strpos(a.query, t.name) > 0)
+          GROUP BY a.wait_event) AS e) AS lw`

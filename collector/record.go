@@ -192,6 +192,7 @@ func addPoints(s *Snapshot, cur, prev *raw, add func(name string, v float64)) {
 	add(SeriesConsumed, float64(s.Pool.Consumed))
 	add(SeriesLockWaiters, float64(s.LockWaiters))
 	add(SeriesLockWaitMax, s.LockWaitMaxMS)
+	add(SeriesLWLockWaits, float64(s.LWLockWaits))
 	add(SeriesDeadTuples, float64(s.DeadTuples))
 	add(SeriesDeadRatio, s.DeadRatio)
 	add(SeriesBurn, s.BurnPerS)
@@ -267,6 +268,13 @@ func (c *Collector) evaluate(s *Snapshot, ev func(kind, format string, args ...a
 	} else {
 		rule(AlertDepletion, draining, calmETA, "UNUSED %d lasts %s at %.0f/s (threshold %v)", s.Pool.Unused, etaText(s.DepletionETAS), s.BurnPerS, a.DepletionWithin)
 	}
+	top := s.LWLockWaitEvent
+	if top == "" {
+		top = "none"
+	}
+	rule(AlertLWLock, s.LWLockWaits >= a.LWLockWaiters, s.LWLockWaits <= a.LWLockWaiters/2,
+		"%d sessions waiting on an LWLock in statements on the pool, most on %s (threshold %d): page-latch contention; more partitions spread it",
+		s.LWLockWaits, top, a.LWLockWaiters)
 	rule(AlertReaperLag, s.Pool.ExpiredOld > 0, s.Pool.ExpiredOld == 0,
 		"%d leases expired more than %v ago are still PENDING", s.Pool.ExpiredOld, a.ExpiredAfter)
 	rule(AlertDeadTuples, s.DeadRatio > a.DeadRatio, s.DeadRatio <= a.DeadRatio*3/4,
@@ -292,6 +300,7 @@ func (c *Collector) startPoll() int {
 		c.pending = pendingCounter{}
 		c.census = census{byTID: c.census.byTID}
 		c.holders = holderSample{}
+		c.parts = partitionCounts{}
 		c.claims = claimReader{available: c.claims.available}
 		c.rebuilt = false
 	}

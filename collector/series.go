@@ -129,6 +129,7 @@ const (
 	SeriesConsumed      = "consumed"
 	SeriesLockWaiters   = "lock_waiters"
 	SeriesLockWaitMax   = "lock_wait_max_ms"
+	SeriesLWLockWaits   = "lwlock_waits"
 	SeriesDeadTuples    = "dead_tuples"
 	SeriesDeadRatio     = "dead_ratio"
 	SeriesBurn          = "burn_per_s"
@@ -152,7 +153,7 @@ const (
 	SeriesErrorsPerS     = "errors_per_s"
 )
 
-var allSeries = []string{SeriesUnused, SeriesPending, SeriesExpired, SeriesConsumed, SeriesLockWaiters, SeriesLockWaitMax,
+var allSeries = []string{SeriesUnused, SeriesPending, SeriesExpired, SeriesConsumed, SeriesLockWaiters, SeriesLockWaitMax, SeriesLWLockWaits,
 	SeriesDeadTuples, SeriesDeadRatio, SeriesBurn, SeriesETA, SeriesAcquires, SeriesCommits, SeriesAcquireP99,
 	SeriesFenced, SeriesDouble, SeriesLeaked, SeriesPollMS, SeriesConsumedPerS, SeriesDoublePerS, SeriesConflictsPerS, SeriesClaimsPerS, SeriesClaimMeanMS,
 	SeriesLeasesLostPerS, SeriesEmptyPerS, SeriesErrorsPerS}

@@ -75,6 +75,16 @@ type PartitionDead struct {
 	DeadRatio  float64 `json:"dead_ratio"`
 }
 
+// PartitionUnused is one partition's UNUSED ids, counted like the pool's
+// (a rolling recount by id range of its own partial index, see
+// unusedCounter), one partition per poll in turn (see partitionCounts):
+// Estimated while some of its ranges were counted at an earlier poll.
+type PartitionUnused struct {
+	Name      string `json:"name"`
+	Unused    int64  `json:"unused"`
+	Estimated bool   `json:"estimated"`
+}
+
 // XminHolder is the session holding back the xmin horizon the most: while
 // it runs, vacuum cannot remove the dead tuples it might still see.
 type XminHolder struct {
@@ -115,6 +125,12 @@ type Snapshot struct {
 	LockWaitP95MS float64   `json:"lock_wait_p95_ms"`
 	Waiters       []Waiter  `json:"waiters"`
 	Blockers      []Blocker `json:"blockers"`
+	// LWLockWaits: client backends waiting on an LWLock (a page latch such
+	// as BufferContent, a WAL or lock-manager lock) at the poll, in a
+	// statement that names the pool or one of its partitions;
+	// LWLockWaitEvent the most frequent of their wait events ("" for none).
+	LWLockWaits     int    `json:"lwlock_waits"`
+	LWLockWaitEvent string `json:"lwlock_wait_event"`
 
 	DeadTuples      int64           `json:"dead_tuples"`
 	LiveTuples      int64           `json:"live_tuples"`
@@ -125,7 +141,11 @@ type Snapshot struct {
 	// WorstPartition, on a partitioned pool (whose figures above are sums
 	// over its partitions), is the partition with the highest dead ratio.
 	WorstPartition *PartitionDead `json:"worst_partition,omitempty"`
-	Xmin           *XminHolder    `json:"xmin_holder"`
+	// Partitions, on a partitioned pool of at most MaxPartitionCounts
+	// partitions, are the UNUSED ids of each partition, in partition order;
+	// absent on a plain table.
+	Partitions []PartitionUnused `json:"partitions,omitempty"`
+	Xmin       *XminHolder       `json:"xmin_holder"`
 
 	Connections    int `json:"connections"`
 	MaxConnections int `json:"max_connections"`

@@ -6,11 +6,12 @@ type AlertName = string
 
 // The alert rules.
 const (
-	AlertLockWait    AlertName = "lock_wait"   // a session waits on a lock longer than the threshold
-	AlertDepletion   AlertName = "depletion"   // UNUSED runs out sooner than the threshold, or is gone
-	AlertReaperLag   AlertName = "reaper_lag"  // a lease expired longer than a reaper interval ago is still PENDING
-	AlertDeadTuples  AlertName = "dead_tuples" // dead tuples above the threshold share of the table
-	AlertConnections AlertName = "connections" // connections above the threshold share of max_connections
+	AlertLockWait    AlertName = "lock_wait"    // a session waits on a lock longer than the threshold
+	AlertDepletion   AlertName = "depletion"    // UNUSED runs out sooner than the threshold, or is gone
+	AlertReaperLag   AlertName = "reaper_lag"   // a lease expired longer than a reaper interval ago is still PENDING
+	AlertDeadTuples  AlertName = "dead_tuples"  // dead tuples above the threshold share of the table
+	AlertConnections AlertName = "connections"  // connections above the threshold share of max_connections
+	AlertLWLock      AlertName = "lwlock_waits" // sessions on the pool waiting on an LWLock (page latches) at or above the threshold
 )
 
 // EventKind says what an event of the log reports; the JSON value of Event.Kind.

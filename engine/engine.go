@@ -53,6 +53,7 @@ type Engine struct {
 	db      TxBeginner
 	stats   counters
 	history atomic.Pointer[History] // nil: nothing is recorded
+	shape   atomic.Pointer[shape]   // the pool's partitions, read on the first claim
 }
 
 // New returns an engine over db (normally a *pgxpool.Pool whose search_path
@@ -115,11 +116,15 @@ type Lease struct {
 type Stats struct {
 	OptimisticConflicts int64 // version checks that lost to another worker
 	OptimisticRetries   int64 // optimistic attempts repeated after losing every row
+	// PartitionFallthroughs: on a partitioned pool, claim attempts that found
+	// no free row in a partition and moved on to the next.
+	PartitionFallthroughs int64
 }
 
 type counters struct {
-	conflicts atomic.Int64
-	retries   atomic.Int64
+	conflicts    atomic.Int64
+	retries      atomic.Int64
+	fallthroughs atomic.Int64
 }
 
 // Stats returns a snapshot of the engine's counters.
@@ -127,6 +132,8 @@ func (e *Engine) Stats() Stats {
 	return Stats{
 		OptimisticConflicts: e.stats.conflicts.Load(),
 		OptimisticRetries:   e.stats.retries.Load(),
+
+		PartitionFallthroughs: e.stats.fallthroughs.Load(),
 	}
 }
 

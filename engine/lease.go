@@ -124,17 +124,33 @@ func (e *Engine) acquire(ctx context.Context, p *LeaseAcquireParams) ([]Lease, e
 	if p.Holder == "" {
 		return nil, invalid("holder is empty: name who holds the lease")
 	}
-	var (
-		leases []Lease
-		err    error
-	)
+	sh, err := e.poolShape(ctx)
+	if err != nil {
+		return nil, dbError(fmt.Sprintf("acquire (%s)", p.Strategy), err)
+	}
+	// The tables a claim takes rows from: the pool, or its partitions, one
+	// at a time from a random one (see onPartitions).
+	tables := sh.parts
+	if len(tables) == 0 {
+		tables = plainPool
+	}
+	var leases []Lease
 	switch p.Strategy {
 	case SkipLocked:
-		leases, err = e.acquireRows(ctx, e.db, withLimit(sqlAcquireSkipLocked, p.N), p.Holder, ttl)
+		if len(sh.parts) == 0 {
+			leases, err = e.acquireRows(ctx, e.db, withLimit(sqlAcquireSkipLocked, p.N), p.Holder, ttl)
+			break
+		}
+		claim := withLimit(sqlAcquireSkipLocked, p.N)
+		leases, err = e.onPartitions(tables, func(table string) ([]Lease, error) {
+			return e.acquireRows(ctx, e.db, onPartition(claim, table), p.Holder, ttl)
+		})
 	case Blocking:
-		leases, err = e.acquireBlocking(ctx, p, ttl)
+		leases, err = e.onPartitions(tables, func(table string) ([]Lease, error) {
+			return e.acquireBlocking(ctx, p, ttl, table)
+		})
 	case Optimistic:
-		leases, err = e.acquireOptimistic(ctx, p, ttl)
+		leases, err = e.acquireOptimistic(ctx, p, ttl, tables)
 	default:
 		return nil, invalid("strategy %d unknown", p.Strategy)
 	}
@@ -180,10 +196,12 @@ func scanLease(row pgx.CollectableRow) (Lease, error) {
 	return l, err
 }
 
-func (e *Engine) acquireBlocking(ctx context.Context, p *LeaseAcquireParams, ttl any) ([]Lease, error) {
+// acquireBlocking runs the blocking claim on table (the pool, or one
+// partition: the rows are then locked, loaded and updated in that partition).
+func (e *Engine) acquireBlocking(ctx context.Context, p *LeaseAcquireParams, ttl any, table string) ([]Lease, error) {
 	var leases []Lease
 	err := pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, withLimit(sqlAcquireBlockingSelect, p.N))
+		rows, err := tx.Query(ctx, onPartition(withLimit(sqlAcquireBlockingSelect, p.N), table))
 		if err != nil {
 			return err
 		}
@@ -191,48 +209,63 @@ func (e *Engine) acquireBlocking(ctx context.Context, p *LeaseAcquireParams, ttl
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		if _, err := tx.Exec(ctx, sqlAcquireBlockingLoad, ids); err != nil {
+		if _, err := tx.Exec(ctx, onPartition(sqlAcquireBlockingLoad, table), ids); err != nil {
 			return err
 		}
 		tokens := make([]*int64, len(ids))
-		leases, err = e.acquireRows(ctx, tx, sqlAcquireChosen, pgx.QueryExecModeExec, p.Holder, ttl, ids, tokens)
+		leases, err = e.acquireRows(ctx, tx, onPartition(sqlAcquireChosen, table), pgx.QueryExecModeExec, p.Holder, ttl, ids, tokens)
 		return err
 	})
 	return leases, err
 }
 
-func (e *Engine) acquireOptimistic(ctx context.Context, p *LeaseAcquireParams, ttl any) ([]Lease, error) {
+// acquireOptimistic reads free rows without locks and updates them if their
+// token has not moved, retrying the rows it lost. On a partitioned pool each
+// attempt reads and updates one partition (from a random one, moving on
+// when a partition has no free row or every row read was lost), so that the
+// update's row locks follow the ids' order as on a plain table: an update
+// through the parent may lock the rows partition by partition in one
+// session and in id order in another, and deadlock.
+func (e *Engine) acquireOptimistic(ctx context.Context, p *LeaseAcquireParams, ttl any, tables []string) ([]Lease, error) {
 	for attempt := 0; attempt < optimisticAttempts; attempt++ {
 		if attempt > 0 {
 			e.stats.retries.Add(1)
 		}
-		rows, err := e.db.Query(ctx, withLimit(sqlAcquireOptimisticRead, p.N))
-		if err != nil {
-			return nil, err
-		}
-		var ids, tokens []int64
-		for rows.Next() {
-			var id, tok int64
-			if err := rows.Scan(&id, &tok); err != nil {
-				rows.Close()
+		read := false
+		leases, err := e.onPartitions(tables, func(table string) ([]Lease, error) {
+			rows, err := e.db.Query(ctx, onPartition(withLimit(sqlAcquireOptimisticRead, p.N), table))
+			if err != nil {
 				return nil, err
 			}
-			ids = append(ids, id)
-			tokens = append(tokens, tok)
-		}
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		if len(ids) == 0 {
-			return nil, nil
-		}
-		leases, err := e.acquireRows(ctx, e.db, sqlAcquireChosen, pgx.QueryExecModeExec, p.Holder, ttl, ids, tokens)
-		if err != nil {
-			return nil, err
-		}
-		e.stats.conflicts.Add(int64(len(ids) - len(leases)))
-		if len(leases) > 0 {
+			var ids, tokens []int64
+			for rows.Next() {
+				var id, tok int64
+				if err := rows.Scan(&id, &tok); err != nil {
+					rows.Close()
+					return nil, err
+				}
+				ids = append(ids, id)
+				tokens = append(tokens, tok)
+			}
+			if err := rows.Err(); err != nil {
+				return nil, err
+			}
+			if len(ids) == 0 {
+				return nil, nil
+			}
+			read = true
+			leases, err := e.acquireRows(ctx, e.db, onPartition(sqlAcquireChosen, table), pgx.QueryExecModeExec, p.Holder, ttl, ids, tokens)
+			if err != nil {
+				return nil, err
+			}
+			e.stats.conflicts.Add(int64(len(ids) - len(leases)))
 			return leases, nil
+		})
+		if err != nil || len(leases) > 0 {
+			return leases, err
+		}
+		if !read {
+			return nil, nil // no free row anywhere
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err

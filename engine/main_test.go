@@ -27,11 +27,30 @@ type bundle struct {
 	schema string
 }
 
-// setup gives the test a migrated schema of its own with size free ids.
+// setup gives the test a migrated schema of its own with size free ids, in
+// a plain pool.
 func setup(t *testing.T, size int) *bundle {
 	t.Helper()
-	ctx, db := pgtest.Setup(t, size, pgtest.Options{MaxConns: 40, Timeout: 3 * time.Minute})
+	return shape{}.setup(t, size)
+}
+
+// shape is a pool layout a test runs on: partitions 0 is a plain table.
+type shape struct{ partitions int }
+
+// setup is the package's setup on this layout.
+func (s shape) setup(t *testing.T, size int) *bundle {
+	t.Helper()
+	ctx, db := pgtest.Setup(t, size, pgtest.Options{MaxConns: 40, Timeout: 3 * time.Minute, Partitions: s.partitions})
 	return &bundle{ctx: ctx, eng: db.Engine, pool: db.Pool, schema: db.Schema}
+}
+
+// eachShape runs test as a subtest on every layout of pgtest.Shapes: an
+// invariant of the plain pool holds on the partitioned one too.
+func eachShape(t *testing.T, test func(t *testing.T, s shape)) {
+	t.Helper()
+	for _, parts := range pgtest.Shapes {
+		t.Run(pgtest.ShapeName(parts), func(t *testing.T) { test(t, shape{parts}) })
+	}
 }
 
 func (b *bundle) acquire(t *testing.T, holder string, ttl time.Duration) engine.Lease {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -38,15 +39,21 @@ func (e *Engine) Refill(ctx context.Context, count int) (int64, error) {
 	if count <= 0 || count > MaxSeed {
 		return 0, invalid("count %d: seed between 1 and %d ids", count, MaxSeed)
 	}
+	sh, err := e.poolShape(ctx)
+	if err != nil {
+		return 0, dbError("seed", err)
+	}
+	sql := sqlRefill
+	if len(sh.parts) > 0 {
+		// A partitioned pool's identifier is unique per (identifier, id)
+		// only (a unique index must hold the partition key): no conflict
+		// target to name; the identifiers made here are new by construction.
+		sql = strings.Replace(sql, "ON CONFLICT (identifier) DO NOTHING", "ON CONFLICT DO NOTHING", 1)
+	}
 	var inserted int64
 	for left := count; left > 0; {
 		n := min(left, seedChunk)
-		tag, err := e.db.Exec(ctx, `
-INSERT INTO resource_pool (identifier)
-SELECT 'res-' || lpad((base.m + g)::text, 10, '0')
-FROM (SELECT coalesce(max(id), 0) AS m FROM resource_pool) AS base,
-     generate_series(1, $1::bigint) AS g
-ON CONFLICT (identifier) DO NOTHING`, n)
+		tag, err := e.db.Exec(ctx, sql, n)
 		if err != nil {
 			return inserted, dbError("seed", err)
 		}
@@ -55,6 +62,13 @@ ON CONFLICT (identifier) DO NOTHING`, n)
 	}
 	return inserted, nil
 }
+
+const sqlRefill = `
+INSERT INTO resource_pool (identifier)
+SELECT 'res-' || lpad((base.m + g)::text, 10, '0')
+FROM (SELECT coalesce(max(id), 0) AS m FROM resource_pool) AS base,
+     generate_series(1, $1::bigint) AS g
+ON CONFLICT (identifier) DO NOTHING`
 
 // CheckSchema verifies that the connection's schema holds pooltop's tables
 // and, when requireMarker is set, the marker that pooltop created them. It

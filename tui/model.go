@@ -89,7 +89,7 @@ type (
 
 // chartSeries are the series the charts draw, copied on each poll.
 var chartSeries = []string{collector.SeriesAcquires, collector.SeriesCommits, collector.SeriesAcquireP99,
-	collector.SeriesLockWaitMax, collector.SeriesDeadTuples, collector.SeriesBurn, collector.SeriesLeaked,
+	collector.SeriesLockWaitMax, collector.SeriesLWLockWaits, collector.SeriesDeadTuples, collector.SeriesBurn, collector.SeriesLeaked,
 	collector.SeriesExpired, collector.SeriesFenced, collector.SeriesDouble, collector.SeriesConsumedPerS,
 	collector.SeriesDoublePerS, collector.SeriesConflictsPerS, collector.SeriesClaimMeanMS,
 	collector.SeriesLeasesLostPerS, collector.SeriesEmptyPerS, collector.SeriesErrorsPerS}

@@ -39,6 +39,9 @@ func (m Model) View() string {
 	bar := m.viewPool(w)
 	status := m.viewStatus(w)
 	var knobs string
+	if l.parts > 0 {
+		bar += "\n" + m.viewPartitions(w)
+	}
 	if m.opts.Knobs != nil {
 		knobs = m.viewKnobs(l.knobsW, l.midH)
 		bar += "\n" + m.viewBanner(w)
@@ -60,6 +63,7 @@ type layout struct {
 	interval                              time.Duration // the charts' window depends on it
 	window                                int
 	proof                                 workload.Proof
+	parts                                 int // 1: a line of per-partition UNUSED under the pool bar
 }
 
 func (m Model) layout() layout {
@@ -82,8 +86,11 @@ func (m Model) layout() layout {
 			l.knobsW = knobsNarrowW
 		}
 	}
+	if m.snap != nil && len(m.snap.Partitions) > 0 {
+		l.parts = 1
+	}
 	l.bottomH = min(max(m.height/4, 5), 14)
-	l.midH = m.height - 1 - 2 - banner - l.bottomH - 1 - l.helpH
+	l.midH = m.height - 1 - 2 - l.parts - banner - l.bottomH - 1 - l.helpH
 	if l.midH < 4 {
 		l.bottomH -= 4 - l.midH
 		l.midH = 4
@@ -260,6 +267,41 @@ func (m Model) viewPool(w int) string {
 	return bar.String() + "\n" + pad(nums, w)
 }
 
+// viewPartitions is one line of the UNUSED ids of each partition, named by
+// what tells them apart (p0, p1 … for resource_pool_p0 …), an estimate
+// marked with ~, cut at the width.
+func (m Model) viewPartitions(w int) string {
+	parts := m.snap.Partitions
+	prefix := parts[0].Name
+	for _, p := range parts[1:] {
+		for !strings.HasPrefix(p.Name, prefix) {
+			prefix = prefix[:len(prefix)-1]
+		}
+	}
+	if i := strings.LastIndex(prefix, "_"); i >= 0 && len(parts) > 1 {
+		prefix = prefix[:i+1]
+	} else {
+		prefix = ""
+	}
+	line := "partitions:"
+	for i, p := range parts {
+		item := fmt.Sprintf(" %s ", sanitize(strings.TrimPrefix(p.Name, prefix)))
+		if p.Estimated {
+			item += "~"
+		}
+		item += formatInt(p.Unused)
+		if i > 0 {
+			item = " ·" + item
+		}
+		if lipgloss.Width(line+item) > w-2 && i < len(parts)-1 {
+			line += " …"
+			break
+		}
+		line += item
+	}
+	return pad(line, w)
+}
+
 // Chart names, for the order in which a scenario wants them.
 const (
 	chThroughput = "throughput"
@@ -274,32 +316,33 @@ const (
 	chExpired    = "expired"
 	chClaims     = "claims"
 	chTrouble    = "trouble"
+	chLWLock     = "lwlock"
 )
 
 // chartOrder is the order of the charts for each scenario's proof: its own
 // charts first, so that on a small screen, which shows fewer charts, the
 // ones that tell its story stay.
 var chartOrder = map[workload.Proof][]string{
-	workload.ProofHealthy:   {chThroughput, chLatency, chLeaked, chFenced, chBurn, chLockWait, chDead, chConflicts, chTrouble},
-	workload.ProofLeaked:    {chLeaked, chThroughput, chBurn, chLatency, chFenced, chLockWait, chDead, chConflicts, chTrouble},
-	workload.ProofReclaimed: {chLeaked, chThroughput, chBurn, chLatency, chFenced, chTrouble, chLockWait, chDead, chConflicts},
-	workload.ProofDouble:    {chFenced, chLeaked, chThroughput, chLatency, chBurn, chTrouble, chLockWait, chDead, chConflicts},
-	workload.ProofFenced:    {chFenced, chLeaked, chThroughput, chLatency, chBurn, chTrouble, chLockWait, chDead, chConflicts},
-	workload.ProofLockWait:  {chLockWait, chThroughput, chLatency, chLeaked, chBurn, chDead, chFenced, chConflicts, chTrouble},
-	workload.ProofConflicts: {chConflicts, chThroughput, chLatency, chTrouble, chLockWait, chBurn, chLeaked, chDead, chFenced},
-	workload.ProofDrain:     {chBurn, chTrouble, chThroughput, chLatency, chLeaked, chLockWait, chDead, chFenced, chConflicts},
+	workload.ProofHealthy:   {chThroughput, chLatency, chLeaked, chFenced, chBurn, chLockWait, chDead, chConflicts, chTrouble, chLWLock},
+	workload.ProofLeaked:    {chLeaked, chThroughput, chBurn, chLatency, chFenced, chLockWait, chDead, chConflicts, chTrouble, chLWLock},
+	workload.ProofReclaimed: {chLeaked, chThroughput, chBurn, chLatency, chFenced, chTrouble, chLockWait, chDead, chConflicts, chLWLock},
+	workload.ProofDouble:    {chFenced, chLeaked, chThroughput, chLatency, chBurn, chTrouble, chLockWait, chDead, chConflicts, chLWLock},
+	workload.ProofFenced:    {chFenced, chLeaked, chThroughput, chLatency, chBurn, chTrouble, chLockWait, chDead, chConflicts, chLWLock},
+	workload.ProofLockWait:  {chLockWait, chThroughput, chLatency, chLeaked, chBurn, chDead, chFenced, chConflicts, chTrouble, chLWLock},
+	workload.ProofConflicts: {chConflicts, chThroughput, chLatency, chTrouble, chLockWait, chBurn, chLeaked, chDead, chFenced, chLWLock},
+	workload.ProofDrain:     {chBurn, chTrouble, chThroughput, chLatency, chLeaked, chLockWait, chDead, chFenced, chConflicts, chLWLock},
 	// The stories of the shifted digits.
-	workload.ProofInApp:        {chFenced, chLeaked, chThroughput, chLatency, chBurn, chTrouble, chLockWait, chDead, chConflicts},
-	workload.ProofPastExpiry:   {chFenced, chTrouble, chThroughput, chLeaked, chLatency, chBurn, chLockWait, chDead, chConflicts},
-	workload.ProofTransfer:     {chFenced, chThroughput, chLatency, chLeaked, chBurn, chTrouble, chLockWait, chDead, chConflicts},
-	workload.ProofDuplicates:   {chFenced, chThroughput, chLatency, chLeaked, chBurn, chTrouble, chLockWait, chDead, chConflicts},
-	workload.ProofFalseReclaim: {chTrouble, chFenced, chLeaked, chThroughput, chLatency, chBurn, chLockWait, chDead, chConflicts},
-	workload.ProofRecovery:     {chLeaked, chThroughput, chTrouble, chFenced, chLatency, chBurn, chLockWait, chDead, chConflicts},
-	workload.ProofDeadTuples:   {chDead, chLatency, chThroughput, chBurn, chLeaked, chFenced, chLockWait, chConflicts, chTrouble},
+	workload.ProofInApp:        {chFenced, chLeaked, chThroughput, chLatency, chBurn, chTrouble, chLockWait, chDead, chConflicts, chLWLock},
+	workload.ProofPastExpiry:   {chFenced, chTrouble, chThroughput, chLeaked, chLatency, chBurn, chLockWait, chDead, chConflicts, chLWLock},
+	workload.ProofTransfer:     {chFenced, chThroughput, chLatency, chLeaked, chBurn, chTrouble, chLockWait, chDead, chConflicts, chLWLock},
+	workload.ProofDuplicates:   {chFenced, chThroughput, chLatency, chLeaked, chBurn, chTrouble, chLockWait, chDead, chConflicts, chLWLock},
+	workload.ProofFalseReclaim: {chTrouble, chFenced, chLeaked, chThroughput, chLatency, chBurn, chLockWait, chDead, chConflicts, chLWLock},
+	workload.ProofRecovery:     {chLeaked, chThroughput, chTrouble, chFenced, chLatency, chBurn, chLockWait, chDead, chConflicts, chLWLock},
+	workload.ProofDeadTuples:   {chDead, chLatency, chThroughput, chBurn, chLeaked, chFenced, chLockWait, chConflicts, chTrouble, chLWLock},
 }
 
 // watchOrder is the order of the charts in watch mode.
-var watchOrder = []string{chConsumed, chBurn, chLockWait, chDead, chExpired}
+var watchOrder = []string{chConsumed, chBurn, chLockWait, chDead, chExpired, chLWLock}
 
 func (m Model) charts() []chartSpec {
 	st := m.styles
@@ -334,7 +377,12 @@ func (m Model) charts() []chartSpec {
 			burn.fields = append(burn.fields, fig(shortDuration(*snap.DepletionETAS), "to empty", "eta"))
 		}
 	}
-	specs := map[string]chartSpec{chLockWait: lock, chDead: dead, chBurn: burn}
+	lwlock := chartSpec{fields: []field{fig(formatInt(int64(v(collector.SeriesLWLockWaits))), "LWLock waiters", "lwlock")},
+		alarm: alarms[collector.AlertLWLock], sets: []chartSet{{"lwlock", s[collector.SeriesLWLockWaits], st.Line1}}}
+	if snap != nil && snap.LWLockWaitEvent != "" {
+		lwlock.fields = append(lwlock.fields, fig(sanitize(snap.LWLockWaitEvent), "most on", ""))
+	}
+	specs := map[string]chartSpec{chLockWait: lock, chDead: dead, chBurn: burn, chLWLock: lwlock}
 	order := watchOrder
 	if m.opts.Knobs != nil || (snap != nil && snap.Workload != nil) {
 		order = chartOrder[m.proof()]

@@ -35,6 +35,31 @@ func CycleScript(ttl, delay time.Duration) string {
 		sleep + Literal(engine.CommitSQL, ":id", ":lease_token", "md5(random()::text || clock_timestamp()::text)", "'pgbench'", "''") + ";\n"
 }
 
+// PartitionedCycleScript is CycleScript on a hash-partitioned pool as the
+// engine runs it: the claim names one of parts (schema-qualified partition
+// names), drawn at random per transaction; the commit goes through the
+// parent. (The engine also moves on to the next partition when the one it
+// drew is empty; a pool sized for the run never makes it.)
+func PartitionedCycleScript(ttl, delay time.Duration, parts []string) string {
+	sleep := ""
+	if delay > 0 {
+		sleep = fmt.Sprintf("\\sleep %d us\n", delay.Microseconds())
+	}
+	claim := Literal(engine.ClaimSQL(1), "'pgbench'", strconv.FormatInt(ttl.Microseconds(), 10))
+	var b strings.Builder
+	fmt.Fprintf(&b, "\\set shard random(0, %d)\n", len(parts)-1)
+	for i, part := range parts {
+		word := "\\elif"
+		if i == 0 {
+			word = "\\if"
+		}
+		fmt.Fprintf(&b, "%s :shard = %d\n%s%s\n\\gset\n", word, i, sleep, strings.ReplaceAll(claim, "resource_pool", part))
+	}
+	b.WriteString("\\endif\n")
+	b.WriteString(sleep + Literal(engine.CommitSQL, ":id", ":lease_token", "md5(random()::text || clock_timestamp()::text)", "'pgbench'", "''") + ";\n")
+	return b.String()
+}
+
 // Options describe one pgbench run.
 type Options struct {
 	DSN     string

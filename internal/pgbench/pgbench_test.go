@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 )
@@ -40,5 +41,27 @@ func TestPasswordNeverOnTheCommandLine(t *testing.T) {
 	res, err := Run(context.Background(), o)
 	if err != nil || res.TPS <= 0 {
 		t.Fatalf("pgbench through the environment: %+v %v", res, err)
+	}
+}
+
+// The partitioned cycle claims from every partition, each transaction from
+// one drawn at random, and commits every claim it makes.
+func TestPartitionedCycleScript(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 2000, pgtest.Options{Partitions: 4})
+	parts, err := db.Engine.Partitions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := PartitionedCycleScript(time.Minute, 0, parts)
+	res, err := Run(ctx, Options{DSN: pgtest.DSN(), Schema: db.Schema, Script: script, Clients: 2, Transactions: 100})
+	if err != nil || res.Failed != 0 {
+		t.Fatalf("pgbench: %+v %v\n%s", res, err, script)
+	}
+	var consumed, spread int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT tableoid) FROM resource_pool WHERE status = 'CONSUMED'").Scan(&consumed, &spread); err != nil {
+		t.Fatal(err)
+	}
+	if consumed != 200 || spread != 4 {
+		t.Fatalf("%d ids consumed from %d partitions, want 200 from 4", consumed, spread)
 	}
 }

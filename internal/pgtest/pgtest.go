@@ -127,17 +127,27 @@ type Options struct {
 	AppName  string
 	// Timeout bounds Setup's context; 0 means two minutes.
 	Timeout time.Duration
+	// Partitions, when not 0, makes the pool hash-partitioned on id in that
+	// many partitions (migrate --partitions).
+	Partitions int
 }
 
 // MigratedSchema creates a schema for the test and applies the migrations.
 func MigratedSchema(t testing.TB) string {
+	t.Helper()
+	return PartitionedSchema(t, 0)
+}
+
+// PartitionedSchema is MigratedSchema with the pool hash-partitioned on id
+// in partitions partitions (0: a plain table).
+func PartitionedSchema(t testing.TB, partitions int) string {
 	t.Helper()
 	schema := Schema(t)
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	if _, err := migrations.Apply(context.Background(), cfg, schema, migrations.Options{}); err != nil {
+	if _, err := migrations.Apply(context.Background(), cfg, schema, migrations.Options{Partitions: partitions}); err != nil {
 		t.Fatalf("pgtest: migrate: %v", err)
 	}
 	return schema
@@ -210,7 +220,7 @@ type Seeded struct {
 // NewSeeded builds a Seeded for the test; everything is dropped at cleanup.
 func NewSeeded(t testing.TB, ctx context.Context, size int, o Options) Seeded {
 	t.Helper()
-	schema := MigratedSchema(t)
+	schema := PartitionedSchema(t, o.Partitions)
 	pool := Pool(t, schema, o)
 	eng := engine.New(pool)
 	if size > 0 {
@@ -246,6 +256,18 @@ func PeerTx(t testing.TB, ctx context.Context, schema string) pgx.Tx {
 	}
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 	return tx
+}
+
+// Shapes are the pool layouts the tests of every invariant run over: a plain
+// table and a pool hash-partitioned on id in four partitions.
+var Shapes = []int{0, 4}
+
+// ShapeName names a layout for a subtest: "plain" or "partitions=N".
+func ShapeName(partitions int) string {
+	if partitions == 0 {
+		return "plain"
+	}
+	return fmt.Sprintf("partitions=%d", partitions)
 }
 
 // Eventually calls cond every few milliseconds until it returns true, and

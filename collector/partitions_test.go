@@ -1,0 +1,130 @@
+package collector_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+)
+
+// On a pool made by migrate --partitions, the snapshot carries each
+// partition's UNUSED ids, in partition order, one partition counted per
+// poll after the first, summing to the pool's, equal to what the partitions
+// hold; and the LWLock figures (none on an idle server) are in the JSON.
+func TestPartitionUnusedInTheSnapshot(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 4000, pgtest.Options{MaxConns: 4, Partitions: 4})
+	for range 30 {
+		if _, err := db.Engine.LeaseAcquire(ctx, &engine.LeaseAcquireParams{Holder: "w", TTL: time.Hour, N: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]int64{}
+	rows, err := db.Pool.Query(ctx, "SELECT c.relname, count(r.id) FROM pg_class c LEFT JOIN resource_pool r ON r.tableoid = c.oid AND r.status = 'UNUSED' WHERE c.oid IN (SELECT relid FROM pg_partition_tree('resource_pool'::regclass) WHERE isleaf) GROUP BY 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := newCollector(t, ctx, collector.Config{Table: db.Schema + ".resource_pool"})
+	// Each poll counts one partition in turn (the others keep their last
+	// figures, marked estimated): poll until each has been counted exactly.
+	exact := map[string]int64{}
+	s := pollUntil(t, c, "exact partition counts", func(s collector.Snapshot) bool {
+		if len(s.Partitions) != 4 {
+			t.Fatalf("partitions %+v, want 4", s.Partitions)
+		}
+		for _, p := range s.Partitions {
+			if !p.Estimated {
+				exact[p.Name] = p.Unused
+			}
+		}
+		return len(exact) == 4 && s.Pool.Unused == 3700
+	})
+	var sum int64
+	for i, p := range s.Partitions {
+		if p.Name != engineName(i) || exact[p.Name] != want[p.Name] || p.Unused != want[p.Name] {
+			t.Fatalf("partition %d: %+v (counted exactly: %d), want %s with %d UNUSED (all: %v)", i, p, exact[p.Name], engineName(i), want[p.Name], want)
+		}
+		sum += p.Unused
+	}
+	if sum != s.Pool.Unused {
+		t.Fatalf("partitions sum to %d, the pool says %d UNUSED", sum, s.Pool.Unused)
+	}
+	if s.LWLockWaits != 0 || s.LWLockWaitEvent != "" {
+		t.Fatalf("LWLock waits on an idle server: %d %q", s.LWLockWaits, s.LWLockWaitEvent)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{`"lwlock_waits":0`, `"lwlock_wait_event":""`, `"partitions":[{"name":"resource_pool_p0","unused":`} {
+		if !strings.Contains(string(b), field) {
+			t.Errorf("snapshot JSON lacks %s", field)
+		}
+	}
+}
+
+func engineName(i int) string { return fmt.Sprintf("resource_pool_p%d", i) }
+
+// A plain pool's snapshot has no partitions field.
+func TestNoPartitionsOnAPlainPool(t *testing.T) {
+	b := setup(t, 100)
+	c := b.collector(t, collector.Config{})
+	s, err := c.Poll(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Partitions != nil || strings.Contains(string(out), `"partitions"`) {
+		t.Fatalf("partitions on a plain pool: %v", s.Partitions)
+	}
+}
+
+// The LWLock alert is raised at the threshold's count of waiters, stays up
+// while the count is above half of it, and clears after the hold once calm.
+func TestLWLockAlert(t *testing.T) {
+	b := setup(t, 10)
+	c := b.collector(t, collector.Config{Alerts: collector.AlertConfig{LWLockWaiters: 4, Hold: time.Second}})
+	at := time.Now()
+	state := func(n int) collector.Alert {
+		t.Helper()
+		s := &collector.Snapshot{Time: at, LWLockWaits: n, LWLockWaitEvent: "BufferContent"}
+		collector.EvaluateAlerts(c, s)
+		for _, a := range s.Alerts {
+			if a.Name == collector.AlertLWLock {
+				return a
+			}
+		}
+		t.Fatalf("no %s alert among %+v", collector.AlertLWLock, s.Alerts)
+		return collector.Alert{}
+	}
+	for _, step := range []struct {
+		n      int
+		after  time.Duration
+		active bool
+	}{{3, 0, false}, {4, time.Second, true}, {3, time.Second, true}, {2, time.Second, true}, {2, 2 * time.Second, false}} {
+		at = at.Add(step.after)
+		if a := state(step.n); a.Active != step.active {
+			t.Fatalf("%d waiters: active %v, want %v (%s)", step.n, a.Active, step.active, a.Message)
+		} else if step.active && !strings.Contains(a.Message, "BufferContent") {
+			t.Fatalf("message %q does not name the wait event", a.Message)
+		}
+	}
+}
