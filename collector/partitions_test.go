@@ -40,8 +40,9 @@ func TestPartitionUnusedInTheSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newCollector(t, ctx, collector.Config{Table: db.Schema + ".resource_pool"})
-	// Each poll counts one partition in turn (the others keep their last
-	// figures, marked estimated): poll until each has been counted exactly.
+	// The first poll counts every partition, then one poll in four counts
+	// one partition in turn (the others keep their last figures, marked
+	// estimated): poll until each has been counted exactly.
 	exact := map[string]int64{}
 	s := pollUntil(t, c, "exact partition counts", func(s collector.Snapshot) bool {
 		if len(s.Partitions) != 4 {

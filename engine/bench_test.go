@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
+
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgbench"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
@@ -72,10 +74,12 @@ func parallel(b *testing.B, workers, rowsPerOp int, op func(w, i int) error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
+	hists := make([]*hdrhistogram.Histogram, workers)
 	b.ResetTimer()
 	start := time.Now()
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
+		hists[w] = hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3)
 		go func() {
 			defer wg.Done()
 			for {
@@ -83,10 +87,12 @@ func parallel(b *testing.B, workers, rowsPerOp int, op func(w, i int) error) {
 				if i > b.N {
 					return
 				}
+				t0 := time.Now()
 				if err := op(w, i); err != nil {
 					errs <- err
 					return
 				}
+				_ = hists[w].RecordValue(time.Since(t0).Microseconds())
 			}
 		}()
 	}
@@ -97,7 +103,12 @@ func parallel(b *testing.B, workers, rowsPerOp int, op func(w, i int) error) {
 	for err := range errs {
 		b.Fatal(err)
 	}
+	all := hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3)
+	for _, h := range hists {
+		all.Merge(h)
+	}
 	b.ReportMetric(float64(b.N*rowsPerOp)/el.Seconds(), "rows/s")
+	b.ReportMetric(float64(all.ValueAtQuantile(99))/1000, "p99_ms")
 }
 
 func BenchmarkAcquire(b *testing.B) {
@@ -106,6 +117,7 @@ func BenchmarkAcquire(b *testing.B) {
 		for _, workers := range []int{1, 16} {
 			b.Run(fmt.Sprintf("n=%d/workers=%d/pooltop", n, workers), func(b *testing.B) {
 				p.prepare(b, b.N*n)
+				defer sampleWaits(b, p.schema)()
 				parallel(b, workers, n, func(w, i int) error {
 					ls, err := p.eng.LeaseAcquire(p.ctx, &engine.LeaseAcquireParams{Holder: "bench", TTL: time.Hour, N: n})
 					if err == nil && len(ls) != n {
@@ -129,6 +141,12 @@ func BenchmarkAcquire(b *testing.B) {
 // BenchmarkAcquire's pooltop lines (the plain pool). A claim of n may take
 // fewer rows from a partition nearly drained, so the pool holds twice what
 // the run claims and rows/s counts the rows actually claimed.
+//
+// Beside rows/s and p99_ms it reports the page-latch contention the
+// partitions are for: lwlock_waiters, the mean number of the benchmark's
+// sessions found waiting on an LWLock (any), and buffer_content_waiters,
+// those waiting on a buffer's content lock, from pg_stat_activity sampled
+// every 20 ms during the run. Run BenchmarkAcquire's lines for the plain pool.
 func BenchmarkAcquirePartitioned(b *testing.B) {
 	for _, parts := range []int{4, 16} {
 		p := newPartitionedBenchPool(b, 64, parts)
@@ -137,6 +155,7 @@ func BenchmarkAcquirePartitioned(b *testing.B) {
 				b.Run(fmt.Sprintf("partitions=%d/n=%d/workers=%d/pooltop", parts, n, workers), func(b *testing.B) {
 					p.prepare(b, 2*b.N*n)
 					var rows atomic.Int64
+					defer sampleWaits(b, p.schema)()
 					start := time.Now()
 					parallel(b, workers, n, func(w, i int) error {
 						ls, err := p.eng.LeaseAcquire(p.ctx, &engine.LeaseAcquireParams{Holder: "bench", TTL: time.Hour, N: n})
@@ -189,4 +208,44 @@ func runPgbench(b *testing.B, schema, script string, workers, rowsPerTx int) {
 		b.Fatalf("pgbench: %d transactions failed", res.Failed)
 	}
 	b.ReportMetric(res.TPS*float64(rowsPerTx), "rows/s")
+}
+
+// sampleWaits samples, every 20 ms until the returned stop is called, the
+// benchmark's sessions (application_name pooltop-bench) waiting on an
+// LWLock, and reports the mean per sample as lwlock_waiters and, of those,
+// buffer_content_waiters (the page latch).
+func sampleWaits(b *testing.B, schema string) (stop func()) {
+	b.Helper()
+	conn := pgtest.Conn(b, schema)
+	done, finished := make(chan struct{}), make(chan struct{})
+	var samples, lw, bc int64
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			var l, c int64
+			if err := conn.QueryRow(context.Background(), `
+SELECT count(*) FILTER (WHERE wait_event_type = 'LWLock'),
+       count(*) FILTER (WHERE wait_event_type = 'LWLock' AND wait_event = 'BufferContent')
+FROM pg_stat_activity WHERE application_name = 'pooltop-bench'`).Scan(&l, &c); err != nil {
+				b.Error(err)
+				return
+			}
+			samples, lw, bc = samples+1, lw+l, bc+c
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		if samples > 0 {
+			b.ReportMetric(float64(lw)/float64(samples), "lwlock_waiters")
+			b.ReportMetric(float64(bc)/float64(samples), "buffer_content_waiters")
+		}
+	}
 }
