@@ -6,6 +6,7 @@
 #
 #   scripts/vs-river.sh                 # 30 s each, River draining 300,000 jobs
 #   DUR=10s JOBS=100000 scripts/vs-river.sh
+#   PARTITIONS=4 scripts/vs-river.sh    # pooltop's pool in 4 hash partitions
 #
 # It starts its own server from the system's PostgreSQL binaries in a
 # temporary directory (as the user postgres when run as root) on a loopback
@@ -18,6 +19,8 @@ cd "$(dirname "$0")/.."
 DUR=${DUR:-30s}
 JOBS=${JOBS:-300000}
 WORKERS=${WORKERS:-16}
+POOL=${POOL:-2000000} # ids in pooltop's pool: enough not to run empty in DUR
+PARTITIONS=${PARTITIONS:-0} # >1: pooltop's pool hash-partitioned in that many partitions
 PORT=${PORT:-55499}
 RIVER_VERSION=${RIVER_VERSION:-v0.26.0}
 unset PGHOST PGPORT PGUSER PGDATABASE PGPASSWORD PGSERVICE DATABASE_URL
@@ -65,6 +68,10 @@ echo
 echo "== river bench -n $JOBS (drain $JOBS jobs inserted beforehand)"
 "$river" bench --database-url "$base/river" -n "$JOBS" 2>&1 | tail -2
 echo
-echo "== pooltop bench --strategies batched --workers $WORKERS --duration $DUR (every commit fenced)"
-"$tmp/pooltop" bench --dsn "$base/pooltop" --allow-writes --strategies batched --workers "$WORKERS" \
-  --duration "$DUR" --no-pgbench
+echo "== pooltop bench --strategies batched --workers $WORKERS --duration $DUR --partitions $PARTITIONS (every commit fenced)"
+parts=()
+if [ "$PARTITIONS" -gt 1 ]; then
+  parts=(--partitions "$PARTITIONS")
+fi
+"$tmp/pooltop" bench --dsn "$base/pooltop" --allow-writes "${parts[@]}" --strategies batched --workers "$WORKERS" \
+  --duration "$DUR" --pool-size "$POOL" --no-pgbench
