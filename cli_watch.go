@@ -47,7 +47,7 @@ func (o *watchOptions) addFlags(c *cobra.Command, g *globals) {
 	f.DurationVar(&o.alerts.ExpiredAfter, "alert-expired", time.Second, "alert when a lease expired longer ago than this is still PENDING (one reaper interval)")
 	f.Float64Var(&o.alerts.DeadRatio, "alert-dead-ratio", 0.2, "alert when dead tuples exceed this fraction of the table")
 	f.Float64Var(&o.alerts.Connections, "alert-connections", 0.9, "alert when connections exceed this fraction of max_connections")
-	f.IntVar(&o.alerts.LWLockWaiters, "alert-lwlock-waiters", 4, "alert when this many sessions on the pool wait on an LWLock (page latches) at one poll")
+	f.IntVar(&o.alerts.LWLockWaiters, "alert-lwlock-waiters", 4, "alert when this many sessions on the pool wait on an LWLock (page latches), the mean of the last 5 polls")
 	g.jsonFlag(c, "with --headless: one JSON object per line")
 	o.sink.addFlags(c)
 }

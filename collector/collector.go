@@ -48,8 +48,8 @@ type AlertConfig struct {
 	DeadRatio    float64       // dead / (live + dead) tuples above this
 	Connections  float64       // connections above this fraction of max_connections
 	// LWLockWaiters: this many sessions or more on the pool wait on an
-	// LWLock at one poll (4): page-latch contention, which hash
-	// partitioning spreads.
+	// LWLock, the mean of the last 5 polls (4): page-latch contention,
+	// which hash partitioning spreads.
 	LWLockWaiters int
 	// Hold is how long a raised alert's figure must stay calm (under a
 	// lower threshold: half the lock wait, three quarters of the dead
@@ -186,6 +186,9 @@ type Collector struct {
 	parts partitionCounts
 	// drainingSince is when the time to empty fell under the threshold.
 	drainingSince time.Time
+	// lwRecent holds the LWLock waiters of the last lwlockPolls polls: the
+	// alert weighs their mean, not one sample.
+	lwRecent []int
 	// sampleFrom is the start of the interval the latest rates cover.
 	sampleFrom time.Time
 }

@@ -120,7 +120,17 @@ func TestLWLockAlert(t *testing.T) {
 		n      int
 		after  time.Duration
 		active bool
-	}{{3, 0, false}, {4, time.Second, true}, {3, time.Second, true}, {2, time.Second, true}, {2, 2 * time.Second, false}} {
+	}{
+		// One poll's spike of 12 does not raise it: the mean of 5 polls does.
+		{12, 0, false}, {3, time.Second, false}, {0, time.Second, false}, {0, time.Second, false},
+		{0, time.Second, false},                                                   // 12 3 0 0 0: mean 3.0
+		{6, time.Second, false}, {6, time.Second, false}, {6, time.Second, false}, // 0 0 6 6 6: 3.6
+		{6, time.Second, true}, // 0 6 6 6 6: 4.8
+		{3, time.Second, true}, {0, time.Second, true},
+		{0, time.Second, true},      // 6 6 3 0 0: 3.0, not calm yet
+		{0, time.Second, true},      // 6 3 0 0 0: 1.8, calm since now
+		{0, 2 * time.Second, false}, // calm for the hold
+	} {
 		at = at.Add(step.after)
 		if a := state(step.n); a.Active != step.active {
 			t.Fatalf("%d waiters: active %v, want %v (%s)", step.n, a.Active, step.active, a.Message)
