@@ -64,3 +64,27 @@ func TestPartitionsFlagRefusals(t *testing.T) {
 		}
 	}
 }
+
+// work runs on the pool migrate --partitions made, as it finds it: its
+// workers' claims reach every partition, and SIGTERM's drain (here the end
+// of --duration) leaves nothing held.
+func TestWorkOnAPartitionedPool(t *testing.T) {
+	t.Parallel()
+	name := pgtest.UniqueName("pooltop_test_")
+	pgtest.DropAtCleanup(t, "DROP SCHEMA IF EXISTS "+name+" CASCADE")
+	pooltop(t, "migrate", "--dsn", pgtest.DSN(), "--schema", name, "--partitions", "4").must(t)
+	pooltop(t, "seed", "--dsn", pgtest.DSN(), "--schema", name, "--count", "20000").must(t)
+	r := pooltop(t, "work", "--dsn", pgtest.DSN(), "--schema", name, "--workers", "4",
+		"--task", "1ms", "--duration", "2s", "--name", "parts", "--json").must(t)
+	if s := decode[workSummary](t, r.stdout); s.Committed == 0 || s.Held != 0 {
+		t.Fatalf("work on 4 partitions: %+v", s)
+	}
+	var used int
+	if err := pgtest.PoolQueryRow(t.Context(), name, "SELECT count(DISTINCT tableoid) FROM resource_pool WHERE status = 'CONSUMED'", &used); err != nil {
+		t.Fatal(err)
+	}
+	if used != 4 {
+		t.Fatalf("work consumed ids from %d of the 4 partitions", used)
+	}
+	pooltop(t, "verify", "--dsn", pgtest.DSN(), "--schema", name).must(t)
+}

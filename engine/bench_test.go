@@ -114,7 +114,7 @@ func parallel(b *testing.B, workers, rowsPerOp int, op func(w, i int) error) {
 func BenchmarkAcquire(b *testing.B) {
 	p := newBenchPool(b, 64)
 	for _, n := range []int{1, 10} {
-		for _, workers := range []int{1, 16} {
+		for _, workers := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("n=%d/workers=%d/pooltop", n, workers), func(b *testing.B) {
 				p.prepare(b, b.N*n)
 				defer sampleWaits(b, p.schema)()
