@@ -137,10 +137,6 @@ func (e *Engine) acquire(ctx context.Context, p *LeaseAcquireParams) ([]Lease, e
 	var leases []Lease
 	switch p.Strategy {
 	case SkipLocked:
-		if len(sh.parts) == 0 {
-			leases, err = e.acquireRows(ctx, e.db, withLimit(sqlAcquireSkipLocked, p.N), p.Holder, ttl)
-			break
-		}
 		claim := withLimit(sqlAcquireSkipLocked, p.N)
 		leases, err = e.onPartitions(tables, func(table string) ([]Lease, error) {
 			return e.acquireRows(ctx, e.db, onPartition(claim, table), p.Holder, ttl)
