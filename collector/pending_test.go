@@ -266,3 +266,48 @@ func TestPendingCounterOnAModelPool(t *testing.T) {
 		t.Fatalf("with %d rows without a lease: %+v", len(m.none), f)
 	}
 }
+
+// The slice that holds now is cut at now, so that the next poll's split of
+// it (the count of the expired leases in it) reads from the previous poll's
+// cut (or later): the entries of one interval between polls, not all those of a slice
+// with few live leases and, on a real server, many dead entries since the
+// last vacuum. The figures stay exact.
+func TestPendingSplitStartsAtThePreviousCut(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const expiredAfter, stuckAfter = time.Second, 5 * time.Minute
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	m := &model{}
+	for i := 0; i < 5000; i++ { // leases around now, from 10 minutes ago to 10 minutes on
+		m.keys = append(m.keys, now.Add(time.Duration(rng.Int64N(int64(20*time.Minute)))-10*time.Minute))
+	}
+	m.sort()
+	var p pendingCounter
+	var prev *time.Time
+	checked := 0
+	for i := 0; i < 120; i++ {
+		q := p.plan(now, expiredAfter, stuckAfter)
+		m.answer(q, p.slices, now)
+		if i >= 10 && q.walkAt < 0 && q.cutOn[0] && prev != nil {
+			s := p.slices[q.cutIn[0]]
+			if s.lo == nil || s.lo.Before(*prev) {
+				t.Fatalf("poll %d: the slice holding now starts at %v, before the previous cut %v", i, s.lo, *prev)
+			}
+			checked++
+		}
+		f := p.absorb(q, now, time.Millisecond)
+		if i >= 10 {
+			if got, want := figures(f), m.truth(now, expiredAfter, stuckAfter); got != want {
+				t.Fatalf("poll %d: figures %+v, truth %+v", i, got, want)
+			}
+		}
+		c := q.cuts[0]
+		prev = &c
+		now = now.Add(time.Second)
+	}
+	if checked < 100 {
+		t.Fatalf("the split was checked at %d polls, want 100 or more", checked)
+	}
+	if len(p.slices) > 3*5000/sliceWidth+10 {
+		t.Fatalf("%d slices for 5,000 leases: the cuts' bounds are not merged away", len(p.slices))
+	}
+}
