@@ -210,7 +210,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		}
 		return nil, engine.ParseError(cfg.DSN, from, err)
 	}
-	pcfg.MaxConns = 2
+	pcfg.MaxConns = 3
 	// pgxpool pings a connection idle for over a second before handing it
 	// out: at a poll a second that is one more round trip per poll. A broken
 	// connection fails one poll instead, which the caller shows and retries.
@@ -474,11 +474,12 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 			return s, fmt.Errorf("poll: %w", err)
 		}
 	}
-	// Two batches on two sessions at once: the UNUSED count on one, the
-	// rest on the other. Each backend then has about half the poll's work,
-	// which on a busy server fits in the time slice it gets on waking
-	// instead of waiting behind every runnable process for a second one.
-	b, ub := &pgx.Batch{}, &pgx.Batch{}
+	// Three batches on three sessions at once: the UNUSED count on one, the
+	// PENDING count on another, the rest on the third. Each backend then
+	// has about a third of the poll's work, which on a busy server fits in
+	// the time slice it gets on waking instead of waiting behind every
+	// runnable process for a second one.
+	b, ub, pb := &pgx.Batch{}, &pgx.Batch{}, &pgx.Batch{}
 	c.queueServer(b, &s)
 	uq := c.unused.plan(start)
 	uq.queue(ub, c.t.qualified, c.unused.width)
@@ -488,10 +489,10 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	var cq *censusQuery
 	if c.byIndex() {
 		pq = c.pending.plan(start, a.ExpiredAfter, c.cfg.StuckAfter)
-		pq.queue(b, c.t.qualified, c.t.pendingIndex, c.t.hasUpdated, c.pending.slices)
+		pq.queue(pb, c.t.qualified, c.t.pendingIndex, c.t.hasUpdated, c.pending.slices)
 	} else {
 		cq = c.census.plan()
-		cq.queue(b, &c.census, c.t.qualified, c.t.leaves, c.t.hasLeased, c.t.hasUpdated, a.ExpiredAfter, c.cfg.StuckAfter)
+		cq.queue(pb, &c.census, c.t.qualified, c.t.leaves, c.t.hasLeased, c.t.hasUpdated, a.ExpiredAfter, c.cfg.StuckAfter)
 	}
 	hq := c.holders.plan(c.byIndex() && c.t.hasHolder && c.t.hasLeased)
 	hq.queue(b, c.t.qualified, c.t.hasUpdated)
@@ -499,11 +500,14 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	sq.queue(b)
 	fq := c.fleet.plan(c.t.fleet, c.byIndex() && c.t.hasHolder)
 	fq.queue(b, c.t.fleet, c.t.qualified)
-	uerr := make(chan error, 1)
+	uerr, perr := make(chan error, 1), make(chan error, 1)
 	go func() { uerr <- c.pool.SendBatch(ctx, ub).Close() }()
+	go func() { perr <- c.pool.SendBatch(ctx, pb).Close() }()
 	err := c.pool.SendBatch(ctx, b).Close()
-	if uerr := <-uerr; err == nil {
-		err = uerr
+	for _, ch := range []chan error{uerr, perr} {
+		if e := <-ch; err == nil {
+			err = e
+		}
 	}
 	if err != nil {
 		return s, fmt.Errorf("poll: %w", err)
