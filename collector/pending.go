@@ -232,11 +232,15 @@ func (q *pendingQuery) queue(b *pgx.Batch, table, index string, hasUpdated bool,
 	for i, k := range q.recount {
 		los[i], his[i] = bound(slices[k].lo, false), bound(slices[k].hi, true)
 	}
-	var cutLo [3]pgtype.Timestamptz
-	cutOn := q.cutOn
+	// The splits are ranges of the same list, after the slices: on a
+	// partitioned pool every subquery on the pool is a scan of each
+	// partition to start and descend (0.2 ms for 8 partitions with nothing
+	// to count), so the statement has as few as it can.
+	var splitAt []int // the cuts split, in the order of their ranges
 	for c, i := range q.cutIn {
-		if cutOn[c] {
-			cutLo[c] = bound(slices[i].lo, false)
+		if q.cutOn[c] {
+			los, his = append(los, bound(slices[i].lo, false)), append(his, bound(&q.cuts[c], true))
+			splitAt = append(splitAt, c)
 		}
 	}
 	var from, upto pgtype.Timestamptz
@@ -291,8 +295,8 @@ FROM (SELECT leased_until AS k, row_number() OVER w AS rn, rank() OVER w AS r
 	})
 	b.Queue(fmt.Sprintf(`
 SELECT now(),
-       (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $13::boolean AND leased_until = 'infinity'),
-       (SELECT row(count(*), min(id)) FROM (SELECT id FROM %[1]s WHERE status = 'PENDING' AND $14::boolean AND leased_until >= $1::timestamptz
+       (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $6::boolean AND leased_until = 'infinity'),
+       (SELECT row(count(*), min(id)) FROM (SELECT id FROM %[1]s WHERE status = 'PENDING' AND $7::boolean AND leased_until >= $1::timestamptz
                                            ORDER BY leased_until DESC LIMIT %[3]d) AS l),
        (SELECT row((SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $2::boolean AND leased_until IS NULL),
                    count(*), count(*) FILTER (WHERE u < $3::timestamptz), min(u))
@@ -301,20 +305,22 @@ SELECT now(),
        clock_timestamp(),
        ARRAY(SELECT (SELECT row(count(*), min(leased_until)) FROM %[1]s WHERE status = 'PENDING' AND leased_until >= s.lo AND leased_until < s.hi)
              FROM unnest($4::timestamptz[], $5::timestamptz[]) WITH ORDINALITY AS s(lo, hi, i) ORDER BY s.i),
-       (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $6::boolean AND leased_until >= $7::timestamptz AND leased_until < $1::timestamptz),
-       (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $8::boolean AND leased_until >= $9::timestamptz AND leased_until < $10::timestamptz),
-       (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $11::boolean AND leased_until >= $12::timestamptz AND leased_until < $3::timestamptz),
        clock_timestamp()`, table, updated, lowCap+1, noneSample),
-		q.cuts[0], q.none, q.cuts[2], los, his, cutOn[0], cutLo[0], cutOn[1], cutLo[1], q.cuts[1], cutOn[2], cutLo[2],
-		q.askForever, q.askLow).QueryRow(func(row pgx.Row) error {
+		q.cuts[0], q.none, q.cuts[2], los, his, q.askForever, q.askLow).QueryRow(func(row pgx.Row) error {
 		var t1, t2 time.Time
 		var low lowRow
 		var none noneRow
 		var counted []countRow
-		if err := row.Scan(&q.server, &q.forever, &low, &none, &t1, &counted, &q.splits[0], &q.splits[1], &q.splits[2], &t2); err != nil {
+		if err := row.Scan(&q.server, &q.forever, &low, &none, &t1, &counted, &t2); err != nil {
 			return fmt.Errorf("pending ids: %w", err)
 		}
-		for _, c := range counted {
+		if len(counted) != len(q.recount)+len(splitAt) {
+			return fmt.Errorf("pending ids: %d counts for %d ranges", len(counted), len(q.recount)+len(splitAt))
+		}
+		for k, c := range splitAt {
+			q.splits[c] = counted[len(q.recount)+k].n
+		}
+		for _, c := range counted[:len(q.recount)] {
 			q.counts, q.mins = append(q.counts, c.n), append(q.mins, finite(c.min))
 		}
 		q.low, q.lowN = low.low, low.n

@@ -167,7 +167,9 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 // the lowest UNUSED id, then the sweep's run of chunks, the lookahead and
 // the tail, each chunk by a range scan of the partial index (a GROUP BY over
 // one scan would size a hash table for thousands of groups at every
-// execution: a millisecond).
+// execution: a millisecond). The four lists of chunks feed one count: on a
+// partitioned pool each subquery on the pool starts a scan of every
+// partition.
 func (q *unusedQuery) queue(b *pgx.Batch, table string, width int64) {
 	q.got = map[int64]int64{}
 	b.Queue(fmt.Sprintf(sqlUnused, table), width, q.lo, q.hi, q.floor, q.look, q.tail, maxSweep).Query(func(rows pgx.Rows) error {
@@ -193,23 +195,22 @@ const sqlUnused = `
 WITH h AS MATERIALIZED (
     SELECT clock_timestamp() AS t0, (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED' AND id >= $4::bigint) AS head, (SELECT max(id) FROM %[1]s) AS top
 )
-SELECT h.head, h.top, c.k, c.n, h.t0, clock_timestamp()
+SELECT h.head, h.top, c.k,
+       (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= c.lo AND id < c.hi),
+       h.t0, clock_timestamp()
 FROM h LEFT JOIN LATERAL (
-    SELECT h.head / $1::bigint AS k,
-           (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= h.head AND id < (h.head / $1::bigint + 1) * $1::bigint) AS n
+    SELECT h.head / $1::bigint AS k, h.head AS lo, (h.head / $1::bigint + 1) * $1::bigint AS hi
     WHERE $1::bigint > 0 AND h.head IS NOT NULL
     UNION ALL
-    SELECT g.k, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED'
-                 AND id >= greatest(g.k * $1::bigint, (h.head / $1::bigint + 1) * $1::bigint) AND id < (g.k + 1) * $1::bigint)
+    SELECT g.k, greatest(g.k * $1::bigint, (h.head / $1::bigint + 1) * $1::bigint), (g.k + 1) * $1::bigint
     FROM generate_series(greatest($2::bigint, h.head / $1::bigint + 1), $3::bigint - 1) AS g(k)
     WHERE $1::bigint > 0
     UNION ALL
-    SELECT g.k, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= g.k * $1::bigint AND id < (g.k + 1) * $1::bigint)
+    SELECT g.k, g.k * $1::bigint, (g.k + 1) * $1::bigint
     FROM generate_series(h.head / $1::bigint + 1, h.head / $1::bigint + $5::bigint) AS g(k)
     WHERE $1::bigint > 0
     UNION ALL
-    SELECT g.k, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED'
-                 AND id >= greatest(g.k * $1::bigint, h.head) AND id < (g.k + 1) * $1::bigint)
+    SELECT g.k, greatest(g.k * $1::bigint, h.head), (g.k + 1) * $1::bigint
     FROM generate_series(greatest($6::bigint, h.head / $1::bigint + 1), least(h.top / $1::bigint, $6::bigint + $7::bigint)) AS g(k)
     WHERE $1::bigint > 0 AND $6::bigint >= 0 AND h.head IS NOT NULL
 ) AS c ON true`
