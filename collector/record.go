@@ -338,6 +338,7 @@ func (c *Collector) Reset(rebuilt bool) {
 	}
 	c.prev, c.burn, c.burnSamples, c.empty, c.drainingSince, c.sampleFrom = nil, 0, 0, false, time.Time{}, time.Time{}
 	c.alerts = map[string]*alertState{}
+	c.lwRecent = nil
 }
 
 // Suspend stops recording polls until the next Reset: the demo calls it
