@@ -176,9 +176,8 @@ func (f *fleetReader) absorb(q *fleetQuery) []Process {
 		return nil
 	}
 	next := make(map[string]fleetSeen, len(q.got))
-	gone := make(map[string]*goneCount)
 	if f.gone == nil {
-		f.gone = gone
+		f.gone = map[string]*goneCount{}
 	}
 	for run, n := range q.held {
 		g := f.gone[run]
@@ -189,6 +188,7 @@ func (f *fleetReader) absorb(q *fleetQuery) []Process {
 		g.held, g.atLeast, g.counted, g.polls = n, q.read >= holdersRows, true, 0
 		f.gone[run] = g
 	}
+	gone := make(map[string]*goneCount) // kept for the processes still gone
 	for i := range q.got {
 		p := &q.got[i]
 		if p.State == ProcessGone {

@@ -649,42 +649,39 @@ func (p *pendingCounter) cut(q *pendingQuery, now time.Time) {
 // partitions after a load, 80,000 dead entries in each, and the poll read
 // 2,000 buffers a cut.
 func (p *pendingCounter) sliceAtCuts(q *pendingQuery, now time.Time) {
-	at := map[int][]time.Time{}
-	below := map[int][]int64{}
+	type split struct {
+		at    time.Time
+		below int64 // entries from the slice's start to at
+	}
+	splits := map[int][]split{}
 	for c, i := range q.cutIn {
 		if i >= 0 && q.cutOn[c] {
-			at[i], below[i] = append(at[i], q.cuts[c]), append(below[i], q.splits[c])
+			splits[i] = append(splits[i], split{q.cuts[c], q.splits[c]})
 		}
 	}
-	for i := len(p.slices) - 1; i >= 0; i-- {
-		ts := at[i]
-		if len(ts) == 0 {
+	for i := len(p.slices) - 1; i >= 0; i-- { // from the last: a cut slice's pieces shift those after it
+		ss := splits[i]
+		if len(ss) == 0 {
 			continue
 		}
+		sort.Slice(ss, func(a, b int) bool { return ss[a].at.Before(ss[b].at) })
 		s := p.slices[i]
-		// The cuts from the earliest: now minus the stuck threshold first.
-		order := make([]int, len(ts))
-		for k := range order {
-			order[k] = k
-		}
-		sort.Slice(order, func(a, b int) bool { return ts[order[a]].Before(ts[order[b]]) })
 		var pieces []pslice
 		lo, counted := s.lo, int64(0)
-		for _, k := range order {
-			t := ts[k]
+		for _, sp := range ss {
+			t := sp.at
 			if lo != nil && !t.After(*lo) || s.hi != nil && !t.Before(*s.hi) {
 				continue // no piece below it
 			}
-			n := max(below[i][k]-counted, 0)
-			piece := pslice{lo: lo, hi: &t, n: n, at: now, known: true}
-			if n > 0 {
+			piece := pslice{lo: lo, hi: &t, n: max(sp.below-counted, 0), at: now, known: true}
+			if piece.n > 0 {
 				piece.min = lo
 				if s.min != nil && (lo == nil || !s.min.Before(*lo)) && s.min.Before(t) {
 					piece.min = s.min
 				}
 			}
 			pieces = append(pieces, piece)
-			lo, counted = &t, max(below[i][k], counted)
+			lo, counted = &t, max(sp.below, counted)
 		}
 		if len(pieces) == 0 {
 			continue
@@ -693,8 +690,7 @@ func (p *pendingCounter) sliceAtCuts(q *pendingQuery, now time.Time) {
 		if s.min != nil && !s.min.Before(*lo) {
 			upper.min = s.min
 		}
-		pieces = append(pieces, upper)
-		p.slices = append(p.slices[:i], append(pieces, p.slices[i+1:]...)...)
+		p.slices = append(p.slices[:i], append(append(pieces, upper), p.slices[i+1:]...)...)
 	}
 }
 
