@@ -27,11 +27,7 @@ func TestChaosOnAPartitionedPool(t *testing.T) {
 	if a := decode[engine.AuditReport](t, v.stdout); len(a.Violations) != 0 || a.Total != 20000 {
 		t.Fatalf("verify after chaos: %+v", a)
 	}
-	var parts int
-	if err := pgtest.PoolQueryRow(t.Context(), name, "SELECT count(DISTINCT tableoid) FROM resource_pool WHERE status <> 'UNUSED'", &parts); err != nil {
-		t.Fatal(err)
-	}
-	if parts != 4 {
+	if parts := partitionsWith(t, name, "status <> 'UNUSED'"); parts != 4 {
 		t.Fatalf("the workers claimed from %d of the 4 partitions", parts)
 	}
 	// bench's one-shot run on the same layout (a smoke run, not a measure).
@@ -79,12 +75,19 @@ func TestWorkOnAPartitionedPool(t *testing.T) {
 	if s := decode[workSummary](t, r.stdout); s.Committed == 0 || s.Held != 0 {
 		t.Fatalf("work on 4 partitions: %+v", s)
 	}
-	var used int
-	if err := pgtest.PoolQueryRow(t.Context(), name, "SELECT count(DISTINCT tableoid) FROM resource_pool WHERE status = 'CONSUMED'", &used); err != nil {
-		t.Fatal(err)
-	}
-	if used != 4 {
+	if used := partitionsWith(t, name, "status = 'CONSUMED'"); used != 4 {
 		t.Fatalf("work consumed ids from %d of the 4 partitions", used)
 	}
 	pooltop(t, "verify", "--dsn", pgtest.DSN(), "--schema", name).must(t)
+}
+
+// partitionsWith is how many partitions of the pool in schema hold a row
+// where the condition holds.
+func partitionsWith(t *testing.T, schema, where string) int {
+	t.Helper()
+	var n int
+	if err := pgtest.PoolQueryRow(t.Context(), schema, "SELECT count(DISTINCT tableoid) FROM resource_pool WHERE "+where, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
