@@ -311,3 +311,49 @@ func TestPendingSplitStartsAtThePreviousCut(t *testing.T) {
 		t.Fatalf("%d slices for 5,000 leases: the cuts' bounds are not merged away", len(p.slices))
 	}
 }
+
+// A run of one key larger than the rotation's pace (the ordered pool's
+// 10,000 leases set by one statement) is recounted when its turn has been
+// saved for, not at every poll: the polls between count the other slices
+// only. The figures stay exact, and the run is still recounted.
+func TestPendingRotationPacesALongRun(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const expiredAfter, stuckAfter = time.Second, 5 * time.Minute
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	run := now.Add(time.Hour)
+	m := &model{}
+	for i := 0; i < 10_000; i++ {
+		m.keys = append(m.keys, run)
+	}
+	for i := 0; i < 300; i++ { // a few leases around now
+		m.keys = append(m.keys, now.Add(time.Duration(rng.Int64N(int64(2*time.Minute)))-time.Minute))
+	}
+	m.sort()
+	var p pendingCounter
+	withRun, polls := 0, 0
+	for i := 0; i < 200; i++ {
+		q := p.plan(now, expiredAfter, stuckAfter)
+		m.answer(q, p.slices, now)
+		counted := false
+		for _, k := range q.recount {
+			if s := p.slices[k]; s.lo != nil && s.lo.Equal(run) {
+				counted = true
+			}
+		}
+		f := p.absorb(q, now, time.Millisecond)
+		if i >= 20 {
+			polls++
+			if counted {
+				withRun++
+			}
+			if got, want := figures(f), m.truth(now, expiredAfter, stuckAfter); got != want {
+				t.Fatalf("poll %d: figures %+v, truth %+v", i, got, want)
+			}
+		}
+		now = now.Add(time.Second)
+	}
+	if withRun == 0 || withRun > polls/2 {
+		t.Fatalf("the run of 10,000 was recounted at %d of %d polls, want at least one and at most half", withRun, polls)
+	}
+	t.Logf("the run was recounted at %d of %d polls", withRun, polls)
+}
