@@ -39,7 +39,7 @@ type pendingCounter struct {
 	walk   int64    // entries walked per poll, against the discovery budget
 	slices []pslice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
 	cursor int
-	credit int64 // entries the rotation has saved for a slice larger than its pace
+	credit int64         // entries the rotation has saved for a slice larger than its pace
 	none   pregion       // PENDING without a lease
 	skew   time.Duration // the server's clock minus ours, from the last poll
 	polls  int
@@ -269,56 +269,13 @@ func (q *pendingQuery) queue(b *pgx.Batch, table, index string, hasUpdated bool,
 			splitAt = append(splitAt, c)
 		}
 	}
-	var from, upto pgtype.Timestamptz
-	if q.walkAt >= 0 {
-		from, upto = bound(slices[q.walkAt].lo, false), bound(slices[q.walkAt].hi, true)
+	if q.walkAt >= 0 { // else no walk this poll: nothing to send
+		q.queueWalk(b, table, index, slices)
 	}
 	updated := "updated_at"
 	if !hasUpdated {
 		updated = "NULL::timestamptz"
 	}
-	// The walk reads the index in key order from the slice's start and
-	// returns the key at every sliceWidth-th entry with the position of its
-	// first entry: consecutive positions give each new slice its exact
-	// count, ties included. Elapsed times are measured inside the statements
-	// (clock_timestamp() is read as each output column is computed, left to
-	// right), so that the pace follows the server's work, not the round trip.
-	// One streaming pass over the index entries (no sort, no materialized
-	// set): rank() is the position of the first entry of a key's run.
-	b.Queue(fmt.Sprintf(`
-SELECT clock_timestamp(), count(*), min(k),
-       row(count(*) FILTER (WHERE k < $6::timestamptz), count(*) FILTER (WHERE k < $7::timestamptz),
-           count(*) FILTER (WHERE k < $8::timestamptz)),
-       coalesce(array_agg(k ORDER BY rn) FILTER (WHERE rn %% $5::bigint = 1 AND rn > 1 AND r > 1), '{}'),
-       coalesce(array_agg(r ORDER BY rn) FILTER (WHERE rn %% $5::bigint = 1 AND rn > 1 AND r > 1), '{}'),
-       (SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_partition_tree(%[2]s::regclass) AS t
-        JOIN pg_class c ON c.oid = t.relid WHERE $1::boolean AND t.isleaf),
-       clock_timestamp()
-FROM (SELECT leased_until AS k, row_number() OVER w AS rn, rank() OVER w AS r
-      FROM (SELECT leased_until FROM %[1]s WHERE status = 'PENDING' AND $1::boolean
-            AND leased_until >= $2::timestamptz AND leased_until < $3::timestamptz ORDER BY leased_until LIMIT $4::bigint) AS s
-      WINDOW w AS (ORDER BY leased_until)) AS x`, table, quoteLiteral(index)),
-		q.walkAt >= 0, from, upto, q.walk+1, sliceWidth, q.cuts[0], q.cuts[1], q.cuts[2]).QueryRow(func(row pgx.Row) error {
-		var t0, t1 time.Time
-		var bounds []pgtype.Timestamptz
-		var first pgtype.Timestamptz
-		var below belowRow
-		if err := row.Scan(&t0, &q.walked, &first, &below, &bounds, &q.ranks, &q.catalog, &t1); err != nil {
-			return fmt.Errorf("pending ids: walk: %w", err)
-		}
-		q.first, q.below = finite(first), below
-		var ranks []int64
-		for i, b := range bounds {
-			k := *finite(b)
-			if n := len(q.bounds); n > 0 && q.bounds[n-1].Equal(k) {
-				continue // a run longer than a slice: one bound
-			}
-			q.bounds, ranks = append(q.bounds, k), append(ranks, q.ranks[i])
-		}
-		q.ranks = ranks
-		q.walkMS = float64(t1.Sub(t0).Microseconds()) / 1000
-		return nil
-	})
 	b.Queue(fmt.Sprintf(`
 SELECT now(),
        (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $6::boolean AND leased_until = 'infinity'),
@@ -352,6 +309,53 @@ SELECT now(),
 		q.low, q.lowN = low.low, low.n
 		q.noneR = none.region()
 		q.rotMS += float64(t2.Sub(t1).Microseconds()) / 1000
+		return nil
+	})
+}
+
+// queueWalk adds the walk of slice q.walkAt to the batch.
+func (q *pendingQuery) queueWalk(b *pgx.Batch, table, index string, slices []pslice) {
+	// The walk reads the index in key order from the slice's start and
+	// returns the key at every sliceWidth-th entry with the position of its
+	// first entry: consecutive positions give each new slice its exact
+	// count, ties included. Elapsed times are measured inside the statements
+	// (clock_timestamp() is read as each output column is computed, left to
+	// right), so that the pace follows the server's work, not the round trip.
+	// One streaming pass over the index entries (no sort, no materialized
+	// set): rank() is the position of the first entry of a key's run.
+	from, upto := bound(slices[q.walkAt].lo, false), bound(slices[q.walkAt].hi, true)
+	b.Queue(fmt.Sprintf(`
+SELECT clock_timestamp(), count(*), min(k),
+       row(count(*) FILTER (WHERE k < $5::timestamptz), count(*) FILTER (WHERE k < $6::timestamptz),
+           count(*) FILTER (WHERE k < $7::timestamptz)),
+       coalesce(array_agg(k ORDER BY rn) FILTER (WHERE rn %% $4::bigint = 1 AND rn > 1 AND r > 1), '{}'),
+       coalesce(array_agg(r ORDER BY rn) FILTER (WHERE rn %% $4::bigint = 1 AND rn > 1 AND r > 1), '{}'),
+       (SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_partition_tree(%[2]s::regclass) AS t
+        JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf),
+       clock_timestamp()
+FROM (SELECT leased_until AS k, row_number() OVER w AS rn, rank() OVER w AS r
+      FROM (SELECT leased_until FROM %[1]s WHERE status = 'PENDING'
+            AND leased_until >= $1::timestamptz AND leased_until < $2::timestamptz ORDER BY leased_until LIMIT $3::bigint) AS s
+      WINDOW w AS (ORDER BY leased_until)) AS x`, table, quoteLiteral(index)),
+		from, upto, q.walk+1, sliceWidth, q.cuts[0], q.cuts[1], q.cuts[2]).QueryRow(func(row pgx.Row) error {
+		var t0, t1 time.Time
+		var bounds []pgtype.Timestamptz
+		var first pgtype.Timestamptz
+		var below belowRow
+		if err := row.Scan(&t0, &q.walked, &first, &below, &bounds, &q.ranks, &q.catalog, &t1); err != nil {
+			return fmt.Errorf("pending ids: walk: %w", err)
+		}
+		q.first, q.below = finite(first), below
+		var ranks []int64
+		for i, b := range bounds {
+			k := *finite(b)
+			if n := len(q.bounds); n > 0 && q.bounds[n-1].Equal(k) {
+				continue // a run longer than a slice: one bound
+			}
+			q.bounds, ranks = append(q.bounds, k), append(ranks, q.ranks[i])
+		}
+		q.ranks = ranks
+		q.walkMS = float64(t1.Sub(t0).Microseconds()) / 1000
 		return nil
 	})
 }
