@@ -25,7 +25,7 @@ import (
 // poll (poll_p50_ms, the figure to keep ≤ 10 ms), the naive exact counts it
 // avoids (groupby_ms, indexcount_ms), and the workload's acquires per second
 // without and with polling every second, and the overhead (the mean, and the
-// median of ten quiet/polled pairs).
+// median of ten polled periods, each against the quiet periods either side).
 //
 //	POOLTOP_BENCH_ROWS=10000000 go test -run '^$' -bench PollUnderLoad -benchtime 1x -timeout 60m ./collector/
 func BenchmarkPollUnderLoad(b *testing.B) {
@@ -125,25 +125,13 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 		polls := pollTimes(b, ctx, col, 60, 50*time.Millisecond)
 		wait()
 
-		// Alternate quiet and polled periods so drift hits both alike, and
-		// take the median of the pairs: an autovacuum of the big table, which
-		// lands in one period or the other, moves the mean by several percent.
-		var quiet, polled float64
-		var overheads []float64
-		const pairs = 10
-		for k := 0; k < pairs; k++ {
-			q := rate(4*time.Second, false)
-			p := rate(4*time.Second, true)
-			quiet, polled = quiet+q/pairs, polled+p/pairs
-			overheads = append(overheads, 100*(q-p)/q)
-		}
-		sort.Float64s(overheads)
+		quiet, polled, median := pollingOverhead(rate)
 		reportPolls(b, idlePolls, polls, groupBy)
 		b.ReportMetric(float64(indexCount.Microseconds())/1000, "indexcount_ms")
 		b.ReportMetric(quiet, "acq/s_quiet")
 		b.ReportMetric(polled, "acq/s_polled")
 		b.ReportMetric(100*(quiet-polled)/quiet, "overhead_mean_%")
-		b.ReportMetric((overheads[pairs/2-1]+overheads[pairs/2])/2, "overhead_median_%")
+		b.ReportMetric(median, "overhead_median_%")
 	}
 }
 
@@ -154,7 +142,8 @@ func BenchmarkPollUnderLoad(b *testing.B) {
 // pgbench claim load from another process, the naive GROUP BY status in the same run, how many polls
 // the figures take to come within 2% of the truth, the largest error left a
 // few polls after the load stops, and what polling every second costs the
-// load (median of ten quiet/polled pairs).
+// load (median of ten polled periods, each against the quiet periods either
+// side; see pollingOverhead).
 //
 //	POOLTOP_BENCH_ROWS=10000000 go test -run '^$' -bench PollShapes -benchtime 1x -timeout 120m ./collector/
 func BenchmarkPollShapes(b *testing.B) {
@@ -227,16 +216,14 @@ func BenchmarkPollShapes(b *testing.B) {
 			after, which := worstError(poll().Pool, countTruth(b, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter))
 			b.Logf("%s: largest error after the load: %.2f%% (%s)", sh.name, after, which)
 
-			var overheads []float64
-			for k := 0; k < 10; k++ {
-				quiet := load(4 * time.Second)
+			_, _, overhead := pollingOverhead(func(d time.Duration, polls bool) float64 {
 				stop := make(chan struct{})
-				go pollEverySecond(b, col, stop)
-				polled := load(4 * time.Second)
-				close(stop)
-				overheads = append(overheads, 100*(quiet-polled)/quiet)
-			}
-			sort.Float64s(overheads)
+				if polls {
+					go pollEverySecond(b, col, stop)
+				}
+				defer close(stop)
+				return load(d)
+			})
 			reportPolls(b, idle, busy, groupBy)
 			sort.Float64s(busy4)
 			b.ReportMetric(busy4[len(busy4)/2], "poll4_p50_ms")
@@ -249,7 +236,7 @@ func BenchmarkPollShapes(b *testing.B) {
 			b.ReportMetric(100*ms/1000/float64(runtime.NumCPU()), "cpu_share_%")
 			b.ReportMetric(float64(converge), "polls_to_2%")
 			b.ReportMetric(after, "error_after_load_%")
-			b.ReportMetric((overheads[4]+overheads[5])/2, "overhead_median_%")
+			b.ReportMetric(overhead, "overhead_median_%")
 		})
 	}
 }
@@ -266,6 +253,34 @@ func benchRows(b *testing.B) int {
 		b.Fatalf("POOLTOP_BENCH_ROWS=%q: give a number of rows", s)
 	}
 	return n
+}
+
+// pollingOverhead measures what polling every second costs a load: rate
+// runs the load for a period, polled or not, and returns its rate. Quiet and
+// polled periods of 4 s alternate, starting and ending quiet, and each
+// polled period is weighed against the mean of the quiet periods on either
+// side of it, so that a drift of the load's rate (a pool whose head fills
+// with dead entries as it is consumed, an autovacuum that starts) cancels
+// instead of counting as the poll's cost, as it did when each polled period
+// was weighed against the quiet one before it only. It returns the mean
+// quiet and polled rates and the median overhead of the ten polled
+// periods, in percent.
+func pollingOverhead(rate func(d time.Duration, poll bool) float64) (quiet, polled, median float64) {
+	const periods = 10
+	q := []float64{rate(4*time.Second, false)}
+	var overheads []float64
+	for k := 0; k < periods; k++ {
+		p := rate(4*time.Second, true)
+		q = append(q, rate(4*time.Second, false))
+		around := (q[k] + q[k+1]) / 2
+		overheads = append(overheads, 100*(around-p)/around)
+		polled += p / periods
+	}
+	for _, r := range q {
+		quiet += r / float64(len(q))
+	}
+	sort.Float64s(overheads)
+	return quiet, polled, (overheads[periods/2-1] + overheads[periods/2]) / 2
 }
 
 // pollEverySecond polls col once a second until stop is closed, as
