@@ -62,12 +62,25 @@ type pslice struct {
 	min    *time.Time // the earliest key at the last count
 	at     time.Time
 	known  bool
+	past   bool // empty and wholly expired at its last count (see settled)
 }
 
 // run says whether the slice holds a single key (many leases set in one
 // statement share it): it cannot be cut further.
 func (s pslice) run() bool {
 	return s.lo != nil && s.hi != nil && s.hi.Sub(*s.lo) <= time.Microsecond
+}
+
+// settled says whether the slice was empty when counted and wholly expired
+// by then: no lease can land in it but one written with a past expiry.
+func (s pslice) settled() bool {
+	return s.known && s.n == 0 && s.past
+}
+
+// expired marks the slice past if it is empty and wholly expired at server,
+// the server's clock at its count.
+func (s *pslice) expired(server time.Time) {
+	s.past = s.n == 0 && s.hi != nil && !server.IsZero() && !s.hi.After(server)
 }
 
 // pregion is the PENDING rows without a lease.
@@ -97,6 +110,7 @@ const (
 type pendingQuery struct {
 	cuts               [3]time.Time // now, now - reaper interval, now - stuck threshold (server clock)
 	walkAt             int          // slice cut again by the walk (-1: none)
+	oldest             int          // the first slice that may hold a lease: the reaper's end
 	walk               int64        // entries the walk reads at most
 	recount            []int        // slices recounted
 	cutIn              [3]int       // slice holding each cut (-1: none)
@@ -174,7 +188,17 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 			add(i)
 		}
 	}
-	every(0)
+	// The reaper's end is the first slice that may hold a lease: slices
+	// before it that were empty and wholly expired when counted (settled)
+	// stay empty, for a lease is set to expire in the future. Only a past
+	// expiry written by hand lands there, and the rotation recounts a
+	// settled slice every reanchor (30 s), as the UNUSED count looks below
+	// its floor; their age does not mark the figures estimated. On a
+	// healthy pool such a slice spans every claim consumed since the last
+	// vacuum, each a dead index entry that a count reads.
+	for q.oldest = 0; q.oldest < last && p.slices[q.oldest].settled(); q.oldest++ {
+	}
+	every(q.oldest)
 	every(last)
 	for c, cut := range q.cuts {
 		q.cutIn[c] = -1
@@ -223,7 +247,9 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 		}
 		p.credit -= n
 		p.cursor = next
-		add(next)
+		if sl := p.slices[next]; !sl.settled() || now.Sub(sl.at) >= reanchor {
+			add(next) // a settled slice: every reanchor, for a past expiry written by hand
+		}
 	}
 	return q
 }
@@ -467,10 +493,11 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 			break
 		}
 		s := &p.slices[k]
-		if k == 0 && s.known && q.counts[i] < s.n {
+		if k == q.oldest && s.known && q.counts[i] < s.n {
 			f.freed = true
 		}
 		s.n, s.at, s.known = q.counts[i], now, true
+		s.expired(q.server)
 		if i < len(q.mins) && q.mins[i] != nil {
 			s.min = q.mins[i]
 		}
@@ -540,7 +567,7 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	for _, s := range p.slices {
 		keyed += s.n
 		exact = exact && s.known
-		if s.at.Before(oldest) {
+		if s.at.Before(oldest) && !s.settled() { // settled: see plan
 			oldest = s.at
 		}
 	}
@@ -664,6 +691,11 @@ func (p *pendingCounter) cut(q *pendingQuery, now time.Time) {
 		split = append(split, pslice{lo: &k, hi: &next, n: sl.n, min: &k, known: true}, pslice{lo: &next, hi: sl.hi, known: true})
 	}
 	out = split
+	for i := range out {
+		if out[i].known && out[i].at.Equal(now) {
+			out[i].expired(q.server)
+		}
+	}
 	p.slices = append(p.slices[:q.walkAt], append(out, p.slices[q.walkAt+1:]...)...)
 }
 
@@ -704,6 +736,7 @@ func (p *pendingCounter) sliceAtCuts(q *pendingQuery, now time.Time) {
 				continue // no piece below it
 			}
 			piece := pslice{lo: lo, hi: &t, n: max(sp.below-counted, 0), at: now, known: true}
+			piece.expired(q.server)
 			if piece.n > 0 {
 				piece.min = lo
 				if s.min != nil && (lo == nil || !s.min.Before(*lo)) && s.min.Before(t) {
@@ -716,7 +749,7 @@ func (p *pendingCounter) sliceAtCuts(q *pendingQuery, now time.Time) {
 		if len(pieces) == 0 {
 			continue
 		}
-		upper := pslice{lo: lo, hi: s.hi, n: max(s.n-counted, 0), at: s.at, known: true, min: lo}
+		upper := pslice{lo: lo, hi: s.hi, n: max(s.n-counted, 0), at: s.at, known: true, min: lo, past: s.past}
 		if s.min != nil && !s.min.Before(*lo) {
 			upper.min = s.min
 		}
@@ -727,7 +760,8 @@ func (p *pendingCounter) sliceAtCuts(q *pendingQuery, now time.Time) {
 // merge joins neighbouring counted slices that have shrunk (the reaper
 // empties them from the oldest, commits from the newest), so that their
 // number stays near PENDING / sliceWidth; but never across a bound at one
-// of keep, the cuts this poll sliced at (see sliceAtCuts).
+// of keep, the cuts this poll sliced at (see sliceAtCuts), and never a
+// settled slice with one that is not.
 func (p *pendingCounter) merge(keep []time.Time) {
 	if len(p.slices) < 2 {
 		return
@@ -743,14 +777,18 @@ func (p *pendingCounter) merge(keep []time.Time) {
 	out := p.slices[:1]
 	for _, s := range p.slices[1:] {
 		last := &out[len(out)-1]
-		if last.known && s.known && last.n+s.n <= sliceWidth/2 && !kept(s.lo) {
+		// A settled slice joins only settled ones: joined to the reaper's end,
+		// it would be read again at every poll.
+		settled := last.settled()
+		if last.known && s.known && last.n+s.n <= sliceWidth/2 && !kept(s.lo) && settled == s.settled() {
 			if last.n == 0 || last.min == nil {
 				last.min = s.min
 			}
 			last.hi, last.n = s.hi, last.n+s.n
 			if s.at.Before(last.at) {
-				last.at = s.at
+				last.at = s.at // a settled join is recounted when its older part is due
 			}
+			last.past = settled
 			continue
 		}
 		out = append(out, s)

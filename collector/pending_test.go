@@ -357,3 +357,67 @@ func TestPendingRotationPacesALongRun(t *testing.T) {
 	}
 	t.Logf("the run was recounted at %d of %d polls", withRun, polls)
 }
+
+// On a healthy pool (no expired lease; claims land a lease ahead and are
+// consumed within seconds) the slices below now are empty, and on a server
+// they hold the dead index entries of every claim consumed since the last
+// vacuum: the counter recounts them every 30 s, not at every poll. The
+// figures stay exact, and a lease written by hand with a past expiry into
+// such a slice is seen within 30 s and a few polls.
+func TestPendingSkipsTheSettledPast(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const expiredAfter, stuckAfter = time.Second, 5 * time.Minute
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	m := &model{}
+	for i := 0; i < 2000; i++ { // long leases, an hour ahead
+		m.keys = append(m.keys, now.Add(time.Hour+time.Duration(i)*time.Millisecond))
+	}
+	m.sort()
+	var p pendingCounter
+	settledRecounts, polls := 0, 0
+	var byHand time.Time
+	for i := 0; i < 200; i++ {
+		// claims: 50 leases 30 s ahead, and those taken 2 s ago consumed
+		var keep []time.Time
+		for _, k := range m.keys {
+			if k.After(now.Add(28*time.Second)) || k.Equal(byHand) {
+				keep = append(keep, k)
+			}
+		}
+		m.keys = keep
+		for j := 0; j < 50; j++ {
+			m.keys = append(m.keys, now.Add(30*time.Second+time.Duration(rng.Int64N(int64(time.Second)))))
+		}
+		if i == 150 { // by hand: a lease that expired ten minutes ago
+			byHand = now.Add(-10 * time.Minute)
+			m.keys = append(m.keys, byHand)
+		}
+		m.sort()
+		q := p.plan(now, expiredAfter, stuckAfter)
+		m.answer(q, p.slices, now)
+		settled := false
+		for _, k := range q.recount {
+			settled = settled || p.slices[k].n == 0 && p.slices[k].hi != nil && p.slices[k].hi.Before(now.Add(-time.Minute))
+		}
+		f := p.absorb(q, now, time.Millisecond)
+		if i >= 20 && i < 150 {
+			polls++
+			if settled {
+				settledRecounts++
+			}
+			if got, want := figures(f), m.truth(now, expiredAfter, stuckAfter); got != want {
+				t.Fatalf("poll %d: figures %+v, truth %+v", i, got, want)
+			}
+		}
+		if i == 150+40 { // 30 s, and a few polls
+			if got, want := figures(f), m.truth(now, expiredAfter, stuckAfter); got != want {
+				t.Fatalf("40 polls after a lease was written by hand in the past: figures %+v, truth %+v", got, want)
+			}
+		}
+		now = now.Add(time.Second)
+	}
+	if settledRecounts > polls/10 {
+		t.Fatalf("an empty slice long expired was recounted at %d of %d polls, want a tenth at most", settledRecounts, polls)
+	}
+	t.Logf("empty slices long expired recounted at %d of %d polls", settledRecounts, polls)
+}
