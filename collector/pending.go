@@ -219,11 +219,11 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 		}
 	}
 	// The rotation has a budget of its own, whatever the fixed recounts
-	// above cost. (One range scan of
-	// the rotation's slices, grouped by width_bucket, saves the descents of
-	// the index, one a slice, or one a slice in every partition; but it
-	// pays about three times more for each entry, and a slice holds
-	// hundreds: on 10,000 entries it took 4.6 ms against 1.1.)
+	// above cost. (One range scan of the rotation's slices, grouped by
+	// width_bucket, saves the descents of the index, one a slice, or one a
+	// slice in every partition; but it pays about three times more for each
+	// entry, and a slice holds hundreds: on 10,000 entries it took 4.6 ms
+	// against 1.1.)
 	//
 	// It recounts p.per entries a poll on average: what a poll does not
 	// spend is saved, and a slice larger than the pace waits until the polls
