@@ -119,23 +119,22 @@ type pendingQuery struct {
 	askForever, askLow bool
 
 	// results
-	walked   int64       // entries the walk read (walk+1: it stopped before the slice's end)
-	first    *time.Time  // the walk's first key
-	below    [3]int64    // entries of the walk below each cut
-	bounds   []time.Time // a key every sliceWidth entries of the walk
-	ranks    []int64     // position (from 1) of each bound's first entry in the walk
-	catalog  int64       // index entries according to the catalog (-1: never counted)
-	counts   []int64
-	mins     []*time.Time // the earliest key of each recounted slice
-	splits   [3]int64     // entries of each cut's slice below the cut
-	forever  int64        // leases that expire at infinity
-	noneR    pregion
-	minLease *time.Time // the earliest lease expiry
-	low      *int64     // lowest id of the live leases, when there are at most lowCap
-	lowN     int64      // live leases read for low (lowCap+1: more)
-	server   time.Time
-	walkMS   float64 // server time of the walk
-	rotMS    float64 // server time of the recounts
+	walked  int64       // entries the walk read (walk+1: it stopped before the slice's end)
+	first   *time.Time  // the walk's first key
+	below   [3]int64    // entries of the walk below each cut
+	bounds  []time.Time // a key every sliceWidth entries of the walk
+	ranks   []int64     // position (from 1) of each bound's first entry in the walk
+	catalog int64       // index entries according to the catalog (read by the walk; 0 when there is none)
+	counts  []int64
+	mins    []*time.Time // the earliest key of each recounted slice
+	splits  [3]int64     // entries of each cut's slice below the cut
+	forever int64        // leases that expire at infinity
+	noneR   pregion
+	low     *int64 // lowest id of the live leases, when there are at most lowCap
+	lowN    int64  // live leases read for low (lowCap+1: more)
+	server  time.Time
+	walkMS  float64 // server time of the walk
+	rotMS   float64 // server time of the recounts
 }
 
 // plan decides what the next poll counts. now is our clock; expiredAfter and

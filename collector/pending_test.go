@@ -115,10 +115,6 @@ func (m *model) answerCounts(q *pendingQuery, slices []pslice, now time.Time) {
 	if q.askLow {
 		q.lowN = min(m.count(&cut, nil)+forever, lowCap+1)
 	}
-	if len(m.keys) > 0 {
-		f := m.keys[0]
-		q.minLease = &f
-	}
 	if q.none {
 		q.noneR = pregion{n: int64(len(m.none)), counted: true}
 		sample := m.none[:min(len(m.none), noneSample)]
