@@ -168,3 +168,36 @@ func TestServerQueryByVersion(t *testing.T) {
 		}
 	}
 }
+
+// Ids added far above the top (a refill from another id range, 10^12) do
+// not make the counter hold a chunk for every 1,024 ids up to there: it
+// cuts the range again, and its next polls count it afresh.
+func TestUnusedCounterRecutsARangeThatOutgrewItsChunks(t *testing.T) {
+	var u unusedCounter
+	u.width, u.head, u.top = minChunk, 0, 50
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(head, top int64, got map[int64]int64) unusedFigures {
+		q := u.plan(now)
+		q.head, q.top, q.got = &head, &top, got
+		now = now.Add(time.Second)
+		return u.absorb(q, now, time.Millisecond, 0)
+	}
+	got := map[int64]int64{}
+	for k := int64(0); k <= 50; k++ {
+		got[k] = 1000
+	}
+	if f := at(1, 51*minChunk, got); f.unused != 51*1000 {
+		t.Fatalf("before the refill: %d, want %d", f.unused, 51*1000)
+	}
+	const far = int64(1_000_000_000_000)
+	f := at(1, far, map[int64]int64{0: 1000, far / minChunk: 5})
+	if u.width < (far-1)/maxChunks {
+		t.Fatalf("chunks of %d ids for a range of %d: not cut again", u.width, far)
+	}
+	if len(u.counts.n) > 4*maxChunks {
+		t.Fatalf("%d chunks held", len(u.counts.n))
+	}
+	if !f.estimated || f.haveDelta {
+		t.Fatalf("the poll that cut the range again: estimated %v, delta %v; want an estimate and no delta", f.estimated, f.haveDelta)
+	}
+}
