@@ -36,6 +36,7 @@ import (
 // many), and how long they have waited is read from a sample of them.
 type pendingCounter struct {
 	per    int64    // entries recounted in turn per poll: the pace, against the count budget
+	slowed bool     // a poll's recounts were slow: the pace grows by minPending, not twice
 	walk   int64    // entries walked per poll, against the discovery budget
 	slices []pslice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
 	cursor int
@@ -605,11 +606,16 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	if discovering {
 		rb = max(budget, discoveryBudgetMS)
 	}
+	// Twice the pace until a poll is slow, then minPending more a cheap poll
+	// and half a slow one, as the UNUSED sweep.
 	switch {
+	case q.rotMS < rb && p.per < maxPending && p.slowed:
+		p.per += minPending
 	case q.rotMS < rb && p.per < maxPending:
 		p.per *= 2
 	case q.rotMS > 2*rb && p.per > minPending:
 		p.per = max(minPending, p.per/2)
+		p.slowed = true
 	}
 	if !discovering && p.per > 8*minPending {
 		p.per = 8 * minPending // back to a steady pace at once
