@@ -201,3 +201,45 @@ func TestUnusedCounterRecutsARangeThatOutgrewItsChunks(t *testing.T) {
 		t.Fatalf("the poll that cut the range again: estimated %v, delta %v; want an estimate and no delta", f.estimated, f.haveDelta)
 	}
 }
+
+// The sweep's pace doubles while polls are cheap, halves at a slow one, and
+// then grows by one chunk a cheap poll: on a busy server, where every other
+// poll is cheap by luck, it stays low instead of doubling back each time.
+func TestUnusedSweepPaceBacksOffUnderLoad(t *testing.T) {
+	var u unusedCounter
+	u.width, u.head, u.top = minChunk, 0, 5000
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	poll := func(el time.Duration) int64 {
+		q := u.plan(now)
+		head, top := int64(1), int64(5000*minChunk)
+		q.head, q.top, q.got, q.el = &head, &top, map[int64]int64{}, el
+		u.absorb(q, now, time.Millisecond, 0)
+		now = now.Add(time.Second)
+		return u.per
+	}
+	for _, want := range []int64{16, 32, 64} {
+		if got := poll(100 * time.Microsecond); got != want {
+			t.Fatalf("cheap polls: pace %d, want %d", got, want)
+		}
+	}
+	if got := poll(5 * time.Millisecond); got != 32 {
+		t.Fatalf("a slow poll: pace %d, want 32", got)
+	}
+	// Under load: every other poll is cheap.
+	for i := 0; i < 30; i++ {
+		el := 5 * time.Millisecond
+		if i%2 == 0 {
+			el = 100 * time.Microsecond
+		}
+		poll(el)
+	}
+	if u.per > 2 {
+		t.Fatalf("every other poll cheap: pace %d chunks, want at most 2", u.per)
+	}
+	for i := 0; i < 10; i++ {
+		poll(100 * time.Microsecond)
+	}
+	if u.per < 10 || u.per > 12 {
+		t.Fatalf("ten cheap polls after the load: pace %d, want one more chunk a poll", u.per)
+	}
+}
