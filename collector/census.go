@@ -170,5 +170,12 @@ func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration
 	return f
 }
 
+// backOff: the poll failed; the next one reads half as many ranges.
+func (c *census) backOff() {
+	if c.per > 1 {
+		c.per /= 2
+	}
+}
+
 // ScanNull: a range's row is never NULL.
 func (r *censusRow) ScanNull() error { return nil }

@@ -8,3 +8,7 @@ func SetReanchor(c *Collector, d time.Duration) { c.unused.reanchor = d }
 
 // EvaluateAlerts runs c's alert rules on s, as a poll does, for a test.
 func EvaluateAlerts(c *Collector, s *Snapshot) { c.evaluate(s, func(string, string, ...any) {}) }
+
+// Paces returns how far c's next poll walks the PENDING index, how many
+// entries it recounts in turn and how many UNUSED chunks it sweeps.
+func Paces(c *Collector) (walk, per, sweep int64) { return c.pending.walk, c.pending.per, c.unused.per }

@@ -630,6 +630,17 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	return f
 }
 
+// backOff: the poll failed; the next one walks a quarter as far and
+// recounts half as many entries in turn.
+func (p *pendingCounter) backOff() {
+	if p.per == 0 {
+		return // never planned
+	}
+	p.walk = max(minPending, p.walk/4)
+	p.per = max(minPending, p.per/2)
+	p.slowed = true
+}
+
 // discoveryBudgetMS is the server time a poll may spend walking and
 // counting while the slices do not yet cover the index.
 const discoveryBudgetMS = 20

@@ -188,6 +188,14 @@ func (q *unusedQuery) queue(b *pgx.Batch, table string, width int64) {
 	})
 }
 
+// backOff: the poll failed; the next one sweeps half as many chunks.
+func (u *unusedCounter) backOff() {
+	if u.per > 1 {
+		u.per /= 2
+	}
+	u.slowed = true
+}
+
 // sqlUnused counts UNUSED ids by chunk: $1 chunk width, [$2, $3) the sweep,
 // $4 the floor of the head's search, $5 the lookahead, from $6 (-1: none) up
 // to the top at most $7 chunks of the tail.
