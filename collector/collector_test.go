@@ -611,3 +611,25 @@ func TestAFailedPollBacksOff(t *testing.T) {
 	}
 	pollUntil(t, c, "the counts after the lock", func(s collector.Snapshot) bool { return s.Pool.Pending == 2000 && s.Pool.Unused == 2000 })
 }
+
+// The walk's time is the server's time to read its entries: a walk of tens
+// of thousands of index entries cannot take under a millisecond (about 30
+// ns an entry; PostgreSQL takes ten times that). Its first column used to
+// read the clock after the aggregate had read them all, so that every walk
+// measured about nothing and the pace doubled at every walk to its largest.
+func TestTheWalkIsTimed(t *testing.T) {
+	b := setup(t, 40_000)
+	b.exec(t, `UPDATE resource_pool SET status = 'PENDING', holder = 'h', lease_token = 1, leased_until = now() + id * interval '1 millisecond'`)
+	b.exec(t, `ANALYZE resource_pool`)
+	c := b.collector(t, collector.Config{})
+	if _, err := c.Poll(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	n, ms := collector.LastWalk(c)
+	if n < 30_000 {
+		t.Fatalf("the first poll walked %d entries; want the whole index of 40,000", n)
+	}
+	if floor := float64(n) * 30e-6; ms < floor {
+		t.Fatalf("a walk of %d entries timed at %.3f ms: under %.1f ms, it was not timed", n, ms, floor)
+	}
+}

@@ -38,6 +38,8 @@ type pendingCounter struct {
 	per    int64    // entries recounted in turn per poll: the pace, against the count budget
 	slowed bool     // a poll's recounts were slow: the pace grows by minPending, not twice
 	walk   int64    // entries walked per poll, against the discovery budget
+	walked int64    // entries the last walk read …
+	walkMS float64  // … and its server time
 	slices []pslice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
 	cursor int
 	credit int64         // entries the rotation has saved for a slice larger than its pace
@@ -344,14 +346,18 @@ func (q *pendingQuery) queueWalk(b *pgx.Batch, table, index string, slices []psl
 	// The walk reads the index in key order from the slice's start and
 	// returns the key at every sliceWidth-th entry with the position of its
 	// first entry: consecutive positions give each new slice its exact
-	// count, ties included. Elapsed times are measured inside the statements
-	// (clock_timestamp() is read as each output column is computed, left to
-	// right), so that the pace follows the server's work, not the round trip.
+	// count, ties included. Its time is measured inside the server, so that
+	// the pace follows the server's work, not the round trip: from the
+	// statement's start (statement_timestamp(): in a batch, when the server
+	// began this statement) to the output, whose columns are computed after
+	// the aggregate has read every entry (a clock_timestamp() in the first
+	// column is read then too: it measured nothing, and the walk's pace,
+	// never slow, doubled at every walk to its largest, 262,144 entries).
 	// One streaming pass over the index entries (no sort, no materialized
 	// set): rank() is the position of the first entry of a key's run.
 	from, upto := bound(slices[q.walkAt].lo, false), bound(slices[q.walkAt].hi, true)
 	b.Queue(fmt.Sprintf(`
-SELECT clock_timestamp(), count(*), min(k),
+SELECT statement_timestamp(), count(*), min(k),
        row(count(*) FILTER (WHERE k < $5::timestamptz), count(*) FILTER (WHERE k < $6::timestamptz),
            count(*) FILTER (WHERE k < $7::timestamptz)),
        coalesce(array_agg(k ORDER BY rn) FILTER (WHERE rn %% $4::bigint = 1 AND rn > 1 AND r > 1), '{}'),
@@ -619,6 +625,9 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	}
 	if !discovering && p.per > 8*minPending {
 		p.per = 8 * minPending // back to a steady pace at once
+	}
+	if q.walkAt >= 0 {
+		p.walked, p.walkMS = q.walked, q.walkMS
 	}
 	switch {
 	case q.walkAt < 0:
