@@ -37,7 +37,7 @@ import (
 type pendingCounter struct {
 	per    int64    // entries recounted in turn per poll: the pace, against the count budget
 	slowed bool     // a poll's recounts were slow: the pace grows by minPending, not twice
-	walk   int64    // entries walked per poll, against the discovery budget
+	walk   int64    // entries walked per poll, against walkBudgetMS
 	walked int64    // entries the last walk read …
 	walkMS float64  // … and its server time
 	slices []pslice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
@@ -631,9 +631,9 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	}
 	switch {
 	case q.walkAt < 0:
-	case q.walkMS < discoveryBudgetMS && p.walk < maxPending:
+	case q.walkMS < walkBudgetMS && p.walk < maxPending:
 		p.walk *= 2
-	case q.walkMS > 2*discoveryBudgetMS && p.walk > minPending:
+	case q.walkMS > 2*walkBudgetMS && p.walk > minPending:
 		p.walk /= 2
 	}
 	return f
@@ -650,9 +650,16 @@ func (p *pendingCounter) backOff() {
 	p.slowed = true
 }
 
-// discoveryBudgetMS is the server time a poll may spend walking and
-// counting while the slices do not yet cover the index.
-const discoveryBudgetMS = 20
+// discoveryBudgetMS is the server time a poll may spend counting while the
+// slices do not yet cover the index, and walkBudgetMS the time it may spend
+// walking: 100 ms covers a leak of 1,000,000 PENDING ids in about ten polls
+// on an idle server (a tenth of a core for ten seconds at one poll a
+// second), and under load the walk's time, which counts its wait for a
+// CPU, shrinks the walk.
+const (
+	discoveryBudgetMS = 20
+	walkBudgetMS      = 100
+)
 
 func uncounted(slices []pslice) bool {
 	for _, s := range slices {
