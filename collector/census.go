@@ -23,7 +23,7 @@ type census struct {
 	ranges int64 // ranges in the table at the last poll
 	counts map[int64]crange
 	cursor int64
-	per    int64 // ranges read per poll, adapted to the server time it costs
+	per    pace // ranges read per poll, adapted to the server time it costs
 }
 
 // crange is what one range of the table held when it was read.
@@ -50,7 +50,7 @@ type censusQuery struct {
 
 func (c *census) plan() *censusQuery {
 	if c.counts == nil {
-		c.counts, c.per = map[int64]crange{}, censusInitPer
+		c.counts, c.per = map[int64]crange{}, pace{n: censusInitPer, lo: 1, hi: censusMaxPer, step: 1}
 		c.width = censusIDs
 		if c.byTID {
 			c.width = censusPages
@@ -63,7 +63,7 @@ func (c *census) plan() *censusQuery {
 		c.cursor = 0
 	}
 	lo := c.cursor
-	hi := min(lo+c.per, c.ranges)
+	hi := min(lo+c.per.n, c.ranges)
 	c.cursor = hi
 	return &censusQuery{lo: lo, hi: hi}
 }
@@ -160,22 +160,13 @@ func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration
 	}
 	f.ageS = now.Sub(oldest).Seconds()
 	f.estimated = f.estimated || oldest.Before(now)
-	budget := float64(countBudget.Microseconds()) / 1000
-	switch {
-	case q.rotMS < budget && c.per < censusMaxPer:
-		c.per *= 2
-	case q.rotMS > 2*budget && c.per > 1:
-		c.per /= 2
-	}
+	budget := millis(countBudget)
+	c.per.adjust(q.rotMS, budget)
 	return f
 }
 
 // backOff: the poll failed; the next one reads half as many ranges.
-func (c *census) backOff() {
-	if c.per > 1 {
-		c.per /= 2
-	}
-}
+func (c *census) backOff() { c.per.backOff(2) }
 
 // ScanNull: a range's row is never NULL.
 func (r *censusRow) ScanNull() error { return nil }

@@ -11,7 +11,9 @@ func EvaluateAlerts(c *Collector, s *Snapshot) { c.evaluate(s, func(string, stri
 
 // Paces returns how far c's next poll walks the PENDING index, how many
 // entries it recounts in turn and how many UNUSED chunks it sweeps.
-func Paces(c *Collector) (walk, per, sweep int64) { return c.pending.walk, c.pending.per, c.unused.per }
+func Paces(c *Collector) (walk, per, sweep int64) {
+	return c.pending.walk.n, c.pending.per.n, c.unused.per.n
+}
 
 // LastWalk returns how many PENDING index entries c's last walk read, and
 // the server time it took by c's measure.

@@ -35,9 +35,8 @@ import (
 // counted from the index at every poll (every few polls when there are very
 // many), and how long they have waited is read from a sample of them.
 type pendingCounter struct {
-	per    int64    // entries recounted in turn per poll: the pace, against the count budget
-	slowed bool     // a poll's recounts were slow: the pace grows by minPending, not twice
-	walk   int64    // entries walked per poll, against walkBudgetMS
+	per    pace     // entries recounted in turn per poll, against the count budget
+	walk   pace     // entries walked per poll, against walkBudgetMS
 	walked int64    // entries the last walk read …
 	walkMS float64  // … and its server time
 	slices []pslice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
@@ -143,12 +142,13 @@ type pendingQuery struct {
 // plan decides what the next poll counts. now is our clock; expiredAfter and
 // stuckAfter are the alert thresholds.
 func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Duration) *pendingQuery {
-	if p.per == 0 {
-		p.per, p.walk = minPending, initPending
+	if p.per.n == 0 {
+		p.per = pace{n: minPending, lo: minPending, hi: maxPending, step: minPending}
+		p.walk = pace{n: initPending, lo: minPending, hi: maxPending}
 		p.slices = []pslice{{}}
 	}
 	server := now.Add(p.skew)
-	q := &pendingQuery{walkAt: -1, walk: p.walk, cuts: [3]time.Time{server, server.Add(-expiredAfter), server.Add(-stuckAfter)}}
+	q := &pendingQuery{walkAt: -1, walk: p.walk.n, cuts: [3]time.Time{server, server.Add(-expiredAfter), server.Add(-stuckAfter)}}
 	q.none = p.none.wait <= 0 || !p.none.counted
 	q.askForever, q.askLow = p.polls%foreverEvery == 0, p.lowSkip <= 0 || p.live <= lowCap
 	p.polls++
@@ -227,7 +227,7 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	// entry, and a slice holds hundreds: on 10,000 entries it took 4.6 ms
 	// against 1.1.)
 	//
-	// It recounts p.per entries a poll on average: what a poll does not
+	// It recounts p.per.n entries a poll on average: what a poll does not
 	// spend is saved, and a slice larger than the pace waits until the polls
 	// before it have saved enough. (Spending the budget at each poll, and
 	// going round the slices until it was spent, recounted a run of 10,000
@@ -237,7 +237,7 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	for _, s := range p.slices {
 		largest = max(largest, s.n)
 	}
-	p.credit = min(p.credit+p.per, max(p.per, largest))
+	p.credit = min(p.credit+p.per.n, max(p.per.n, largest))
 	for k := 0; k < len(p.slices); k++ {
 		next := (p.cursor + 1) % len(p.slices)
 		var n int64
@@ -606,35 +606,19 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	// larger budget: they cover the index once at start (the first polls of
 	// a large leak pay for it) and then only re-cut a slice that grew. Slices
 	// never counted are counted under the walk's budget too.
-	budget := float64(countBudget.Microseconds()) / 1000
+	budget := millis(countBudget)
 	discovering := !exact || uncounted(p.slices)
 	rb := budget
 	if discovering {
 		rb = max(budget, discoveryBudgetMS)
 	}
-	// Twice the pace until a poll is slow, then minPending more a cheap poll
-	// and half a slow one, as the UNUSED sweep.
-	switch {
-	case q.rotMS < rb && p.per < maxPending && p.slowed:
-		p.per += minPending
-	case q.rotMS < rb && p.per < maxPending:
-		p.per *= 2
-	case q.rotMS > 2*rb && p.per > minPending:
-		p.per = max(minPending, p.per/2)
-		p.slowed = true
-	}
-	if !discovering && p.per > 8*minPending {
-		p.per = 8 * minPending // back to a steady pace at once
+	p.per.adjust(q.rotMS, rb)
+	if !discovering && p.per.n > 8*minPending {
+		p.per.n = 8 * minPending // back to a steady pace at once
 	}
 	if q.walkAt >= 0 {
 		p.walked, p.walkMS = q.walked, q.walkMS
-	}
-	switch {
-	case q.walkAt < 0:
-	case q.walkMS < walkBudgetMS && p.walk < maxPending:
-		p.walk *= 2
-	case q.walkMS > 2*walkBudgetMS && p.walk > minPending:
-		p.walk /= 2
+		p.walk.adjust(q.walkMS, walkBudgetMS)
 	}
 	return f
 }
@@ -642,12 +626,11 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 // backOff: the poll failed; the next one walks a quarter as far and
 // recounts half as many entries in turn.
 func (p *pendingCounter) backOff() {
-	if p.per == 0 {
+	if p.per.n == 0 {
 		return // never planned
 	}
-	p.walk = max(minPending, p.walk/4)
-	p.per = max(minPending, p.per/2)
-	p.slowed = true
+	p.walk.backOff(4)
+	p.per.backOff(2)
 }
 
 // discoveryBudgetMS is the server time a poll may spend counting while the

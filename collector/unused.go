@@ -27,8 +27,7 @@ type unusedCounter struct {
 	moved  int64 // chunks the head moved at the last poll
 	head   int64 // chunk of the lowest UNUSED id at the last poll
 	top    int64 // chunk of the highest id at the last poll
-	per    int64 // chunks swept per poll
-	slowed bool  // a poll was slow: the sweep grows by one chunk, not twice
+	per    pace  // chunks swept per poll
 	polled bool  // a poll has counted before: deltas are meaningful
 	// floor is an id below which no UNUSED id can be, from the previous
 	// poll (see queue), and anchored when the lowest UNUSED id was last
@@ -122,8 +121,8 @@ type unusedFigures struct {
 // start whenever PENDING rows elsewhere were freed, and every 30 s, which
 // catches ids returned to the pool by hand.
 func (u *unusedCounter) plan(now time.Time) *unusedQuery {
-	if u.per == 0 {
-		u.per = 8
+	if u.per.n == 0 {
+		u.per = pace{n: 8, lo: 1, hi: maxSweep, step: 1}
 	}
 	q := &unusedQuery{floor: math.MinInt64, tail: -1}
 	// The lookahead: the chunks the head may enter before the next poll,
@@ -141,7 +140,7 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 		if u.cursor <= u.head || u.cursor > u.top {
 			u.cursor = u.top
 		}
-		q.lo, q.hi = max(u.cursor-u.per+1, u.head+1), u.cursor+1
+		q.lo, q.hi = max(u.cursor-u.per.n+1, u.head+1), u.cursor+1
 		u.cursor = q.lo - 1
 	}
 	if u.reanchor == 0 {
@@ -189,12 +188,7 @@ func (q *unusedQuery) queue(b *pgx.Batch, table string, width int64) {
 }
 
 // backOff: the poll failed; the next one sweeps half as many chunks.
-func (u *unusedCounter) backOff() {
-	if u.per > 1 {
-		u.per /= 2
-	}
-	u.slowed = true
-}
+func (u *unusedCounter) backOff() { u.per.backOff(2) }
 
 // sqlUnused counts UNUSED ids by chunk: $1 chunk width, [$2, $3) the sweep,
 // $4 the floor of the head's search, $5 the lookahead, from $6 (-1: none) up
@@ -233,22 +227,8 @@ func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Durati
 		f := *q.head
 		u.floor = &f // lowered or dropped by lowerFloor once PENDING is counted
 	}
-	// Sweep more chunks per poll when polls are cheap, fewer when not: twice
-	// as many until a poll is slow, then one more a cheap poll and half as
-	// many a slow one (TCP's way). On a busy server a statement's time is
-	// mostly its wait for a CPU, and it swings from poll to poll: doubling at
-	// every cheap poll kept the sweep at 4–16 chunks under a 16-client load
-	// (70% of the statement's work), where one more a poll keeps it near 1.
-	if q.el < budget && u.per < maxSweep {
-		if u.slowed {
-			u.per++
-		} else {
-			u.per *= 2
-		}
-	} else if q.el > 2*budget && u.per > 1 {
-		u.per /= 2
-		u.slowed = true
-	}
+	// Sweep more chunks per poll when polls are cheap, fewer when not.
+	u.per.adjust(millis(q.el), millis(budget))
 	var f unusedFigures
 	if q.head == nil || q.top == nil {
 		f.delta, f.haveDelta = -u.counts.sum(), u.polled

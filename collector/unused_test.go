@@ -215,7 +215,7 @@ func TestUnusedSweepPaceBacksOffUnderLoad(t *testing.T) {
 		q.head, q.top, q.got, q.el = &head, &top, map[int64]int64{}, el
 		u.absorb(q, now, time.Millisecond, 0)
 		now = now.Add(time.Second)
-		return u.per
+		return u.per.n
 	}
 	for _, want := range []int64{16, 32, 64} {
 		if got := poll(100 * time.Microsecond); got != want {
@@ -233,13 +233,13 @@ func TestUnusedSweepPaceBacksOffUnderLoad(t *testing.T) {
 		}
 		poll(el)
 	}
-	if u.per > 2 {
-		t.Fatalf("every other poll cheap: pace %d chunks, want at most 2", u.per)
+	if u.per.n > 2 {
+		t.Fatalf("every other poll cheap: pace %d chunks, want at most 2", u.per.n)
 	}
 	for i := 0; i < 10; i++ {
 		poll(100 * time.Microsecond)
 	}
-	if u.per < 10 || u.per > 12 {
-		t.Fatalf("ten cheap polls after the load: pace %d, want one more chunk a poll", u.per)
+	if u.per.n < 10 || u.per.n > 12 {
+		t.Fatalf("ten cheap polls after the load: pace %d, want one more chunk a poll", u.per.n)
 	}
 }
