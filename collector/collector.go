@@ -475,15 +475,17 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		}
 	}
 	// Three batches on three sessions at once: the UNUSED count on one, the
-	// PENDING count on another, the rest on the third. Each backend then
-	// has about a third of the poll's work, which on a busy server fits in
-	// the time slice it gets on waking instead of waiting behind every
-	// runnable process for a second one.
+	// PENDING count on another, the rest on the third (with a partition's
+	// UNUSED count, every few polls: on the UNUSED session it made that
+	// poll's longest burst longer still). Each backend then has about a
+	// third of the poll's work, which on a busy server fits in the time
+	// slice it gets on waking instead of waiting behind every runnable
+	// process for a second one.
 	b, ub, pb := &pgx.Batch{}, &pgx.Batch{}, &pgx.Batch{}
 	c.queueServer(b, &s)
 	uq := c.unused.plan(start)
 	uq.queue(ub, c.t.qualified, c.unused.width)
-	pqs := c.queueParts(ub, start)
+	pqs := c.queueParts(b, start)
 	a := c.cfg.Alerts
 	var pq *pendingQuery
 	var cq *censusQuery

@@ -27,8 +27,16 @@ type unusedCounter struct {
 	moved  int64 // chunks the head moved at the last poll
 	head   int64 // chunk of the lowest UNUSED id at the last poll
 	top    int64 // chunk of the highest id at the last poll
-	per    pace  // chunks swept per poll
-	polled bool  // a poll has counted before: deltas are meaningful
+	topID  int64 // the highest id at the last poll
+	// ahead is the last chunk above the head that the lookahead has
+	// counted, aheadOK whether there is one: the chunks from the head to it
+	// hold their counts from then (claims take ids at the head, and the
+	// sweep finds ids returned elsewhere), so the next lookahead counts
+	// only the chunks past it.
+	ahead   int64
+	aheadOK bool
+	per     pace // chunks swept per poll
+	polled  bool // a poll has counted before: deltas are meaningful
 	// floor is an id below which no UNUSED id can be, from the previous
 	// poll (see queue), and anchored when the lowest UNUSED id was last
 	// looked for from the start of the index.
@@ -91,13 +99,25 @@ func (u *unusedCounter) init(ctx context.Context, c *Collector) error {
 // unusedQuery is one poll's plan of the UNUSED statement, and its results.
 type unusedQuery struct {
 	lo, hi int64 // the sweep: chunks [lo, hi)
-	look   int64 // chunks above the head counted ahead of it
-	floor  int64 // the lowest UNUSED id is looked for from here
-	tail   int64 // chunks from this one up to the top are counted (-1: none)
+	look   int64 // chunks above the head counted ahead of it …
+	// … from this chunk on, unless the head moved below head0 (the
+	// chunks up to aheadFrom hold counts from the lookahead before)
+	aheadFrom, head0 int64
+	above            int64 // the tail is counted only if the top is past this id
+	floor            int64 // the lowest UNUSED id is looked for from here
+	tail             int64 // chunks from this one up to the top are counted (-1: none)
 	// results
 	head, top *int64
 	got       map[int64]int64
 	el        time.Duration // the statement's time on the server, which paces the sweep
+}
+
+// lookFrom is the first chunk the lookahead counted, hc the head's chunk.
+func (q *unusedQuery) lookFrom(hc int64) int64 {
+	if q.aheadFrom != math.MinInt64 && hc >= q.head0 {
+		return max(hc+1, q.aheadFrom)
+	}
+	return hc + 1
 }
 
 // unusedFigures are UNUSED's figures from one poll.
@@ -124,7 +144,7 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 	if u.per.n == 0 {
 		u.per = pace{n: 8, lo: 1, hi: maxSweep, step: 1}
 	}
-	q := &unusedQuery{floor: math.MinInt64, tail: -1}
+	q := &unusedQuery{floor: math.MinInt64, tail: -1, aheadFrom: math.MinInt64, above: math.MinInt64}
 	// The lookahead: the chunks the head may enter before the next poll,
 	// counted now (ahead of the head as this poll finds it), so that the
 	// next poll knows their previous counts: the change in UNUSED is
@@ -137,6 +157,9 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 	// fast the head moves.
 	if u.width > 0 && u.top > u.head {
 		q.look = min(2*u.moved+1, maxSweep)
+		if u.aheadOK {
+			q.aheadFrom, q.head0 = u.ahead+1, u.head
+		}
 		if u.cursor <= u.head || u.cursor > u.top {
 			u.cursor = u.top
 		}
@@ -154,9 +177,10 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 	// The tail: the chunks from the previous top to the new one, counted in
 	// the poll they appear, so that ids a producer adds are counted as they
 	// come (otherwise the burn would miss them and page for a pool that
-	// grows).
+	// grows); only when the top moved, for ids are added above it (and
+	// the sweep finds any added below it).
 	if u.polled && u.width > 0 {
-		q.tail = u.top
+		q.tail, q.above = u.top, u.topID
 	}
 	return q
 }
@@ -171,7 +195,7 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 // partition.
 func (q *unusedQuery) queue(b *pgx.Batch, table string, width int64) {
 	q.got = map[int64]int64{}
-	b.Queue(fmt.Sprintf(sqlUnused, table), width, q.lo, q.hi, q.floor, q.look, q.tail, maxSweep).Query(func(rows pgx.Rows) error {
+	b.Queue(fmt.Sprintf(sqlUnused, table), width, q.lo, q.hi, q.floor, q.look, q.tail, maxSweep, q.above, q.head0, q.aheadFrom).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k, n *int64
 			var t0, t1 time.Time
@@ -191,8 +215,9 @@ func (q *unusedQuery) queue(b *pgx.Batch, table string, width int64) {
 func (u *unusedCounter) backOff() { u.per.backOff(2) }
 
 // sqlUnused counts UNUSED ids by chunk: $1 chunk width, [$2, $3) the sweep,
-// $4 the floor of the head's search, $5 the lookahead, from $6 (-1: none) up
-// to the top at most $7 chunks of the tail.
+// $4 the floor of the head's search, $5 the lookahead (from chunk $10 on
+// unless the head's chunk is below $9), from $6 (-1: none) up to the top
+// at most $7 chunks of the tail, if the top is past id $8.
 const sqlUnused = `
 WITH h AS MATERIALIZED (
     SELECT clock_timestamp() AS t0, (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED' AND id >= $4::bigint) AS head, (SELECT max(id) FROM %[1]s) AS top
@@ -209,12 +234,13 @@ FROM h LEFT JOIN LATERAL (
     WHERE $1::bigint > 0
     UNION ALL
     SELECT g.k, g.k * $1::bigint, (g.k + 1) * $1::bigint
-    FROM generate_series(h.head / $1::bigint + 1, h.head / $1::bigint + $5::bigint) AS g(k)
+    FROM generate_series(CASE WHEN h.head / $1::bigint >= $9::bigint THEN greatest(h.head / $1::bigint + 1, $10::bigint)
+                              ELSE h.head / $1::bigint + 1 END, h.head / $1::bigint + $5::bigint) AS g(k)
     WHERE $1::bigint > 0
     UNION ALL
     SELECT g.k, greatest(g.k * $1::bigint, h.head), (g.k + 1) * $1::bigint
     FROM generate_series(greatest($6::bigint, h.head / $1::bigint + 1), least(h.top / $1::bigint, $6::bigint + $7::bigint)) AS g(k)
-    WHERE $1::bigint > 0 AND $6::bigint >= 0 AND h.head IS NOT NULL
+    WHERE $1::bigint > 0 AND $6::bigint >= 0 AND h.head IS NOT NULL AND h.top > $8::bigint
 ) AS c ON true`
 
 // absorb takes the counts of q and returns the figures. It is pure: tests
@@ -232,14 +258,14 @@ func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Durati
 	var f unusedFigures
 	if q.head == nil || q.top == nil {
 		f.delta, f.haveDelta = -u.counts.sum(), u.polled
-		u.counts, u.width, u.polled = chunks{}, 0, true
+		u.counts, u.width, u.polled, u.aheadOK = chunks{}, 0, true, false
 		return f
 	}
 	head, top := *q.head, *q.top
 	if u.width > 0 && (top-head)/u.width > 4*maxChunks {
 		// The id range outgrew the chunks it was cut into (ids added far
 		// above the top): cut it again, and count it afresh.
-		u.width, u.counts, u.polled, u.cursor = 0, chunks{}, false, 0
+		u.width, u.counts, u.polled, u.cursor, u.aheadOK = 0, chunks{}, false, 0, false
 		q.got, q.lo, q.hi, q.look = map[int64]int64{}, 0, 0, 0
 	}
 	if u.width == 0 {
@@ -254,7 +280,8 @@ func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Durati
 			got[k] = 0
 		}
 	}
-	for k := hc + 1; k <= hc+q.look; k++ {
+	from := q.lookFrom(hc)
+	for k := from; k <= hc+q.look; k++ {
 		if _, ok := got[k]; !ok {
 			got[k] = 0
 		}
@@ -276,7 +303,15 @@ func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Durati
 	// A head that moved down (ids returned below it) left chunks between the
 	// two heads uncounted: the next poll looks ahead over them too.
 	u.moved = max(h-u.head, u.head-h)
-	u.head, u.top = h, t
+	if q.look > 0 {
+		if !u.aheadOK || from == hc+1 {
+			u.ahead = hc + q.look
+		} else {
+			u.ahead = max(u.ahead, hc+q.look)
+		}
+		u.aheadOK = true
+	}
+	u.head, u.top, u.topID = h, t, top
 	f.delta -= u.counts.keep(h, t) // the ids of chunks below the head were taken
 	f.haveDelta = u.polled
 	u.polled = true

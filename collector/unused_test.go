@@ -51,10 +51,10 @@ func (m *idModel) answer(q *unusedQuery, w int64) {
 	for k := max(q.lo, hc+1); k < q.hi; k++ {
 		q.got[k] = m.count(max(k*w, (hc+1)*w), (k+1)*w)
 	}
-	for k := hc + 1; k <= hc+q.look; k++ {
+	for k := q.lookFrom(hc); k <= hc+q.look; k++ {
 		q.got[k] = m.count(k*w, (k+1)*w)
 	}
-	if q.tail >= 0 {
+	if q.tail >= 0 && top > q.above {
 		for k := max(q.tail, hc+1); k <= min(top/w, q.tail+maxSweep); k++ {
 			q.got[k] = m.count(max(k*w, head), (k+1)*w)
 		}
@@ -241,5 +241,65 @@ func TestUnusedSweepPaceBacksOffUnderLoad(t *testing.T) {
 	}
 	if u.per.n < 10 || u.per.n > 12 {
 		t.Fatalf("ten cheap polls after the load: pace %d, want one more chunk a poll", u.per.n)
+	}
+}
+
+// Each poll counts, ahead of the head, only the chunks no earlier
+// lookahead counted, and the chunks at the top only when the top moved:
+// on a partitioned pool every chunk counted is a descent of every
+// partition's index. The counts stay exact, and the deltas add up.
+func TestUnusedCountsOnlyWhatChanged(t *testing.T) {
+	m := &idModel{unused: map[int64]bool{}}
+	for id := int64(1); id <= 200_000; id++ {
+		m.unused[id] = id%3 != 0
+	}
+	m.top = 200_000
+	var u unusedCounter
+	u.width, u.head, u.top = minChunk, 0, m.top/minChunk
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	next := int64(1)
+	var sum int64
+	before := m.truth()
+	for step := 0; step < 120; step++ {
+		if step >= 20 { // claims at the head: about a chunk a poll
+			for n := 0; next <= m.top && n < 650; next++ {
+				if m.unused[next] {
+					m.unused[next], n = false, n+1
+				}
+			}
+		}
+		if step == 80 { // a refill at the top
+			for i := 0; i < 3000; i++ {
+				m.top++
+				m.unused[m.top] = true
+			}
+		}
+		q := u.plan(now)
+		m.answer(q, u.width)
+		budget := time.Millisecond // the first sweep, cheap …
+		if step >= 20 {
+			budget = time.Microsecond // … then a busy server: a chunk a poll
+		}
+		f := u.absorb(q, now, budget, 0)
+		u.lowerFloor(nil, true, false)
+		now = now.Add(time.Second)
+		if step < 30 {
+			before, sum = m.truth(), 0
+			continue
+		}
+		sum += f.delta
+		if f.unused != m.truth() {
+			t.Fatalf("step %d: %d, truth %d", step, f.unused, m.truth())
+		}
+		hc := *q.head / u.width
+		sweep := max(q.hi-max(q.lo, hc+1), 0)
+		ahead := hc + q.look - q.lookFrom(hc) + 1
+		extra := int64(len(q.got)) - 1 - sweep // beyond the head's chunk and the sweep
+		if step != 80 && (ahead > 2 || extra > 2) {
+			t.Fatalf("step %d: %d chunks counted ahead, %d beyond the head and the sweep; want at most 2 (the head moves a chunk a poll)", step, ahead, extra)
+		}
+	}
+	if sum != m.truth()-before {
+		t.Fatalf("the deltas add up to %d, the pool changed by %d", sum, m.truth()-before)
 	}
 }
