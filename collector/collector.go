@@ -210,7 +210,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		}
 		return nil, engine.ParseError(cfg.DSN, from, err)
 	}
-	pcfg.MaxConns = 3
+	pcfg.MaxConns = 4 // three a poll, four on a partitioned pool (see Poll)
 	// pgxpool pings a connection idle for over a second before handing it
 	// out: at a poll a second that is one more round trip per poll. A broken
 	// connection fails one poll instead, which the caller shows and retries.
@@ -480,8 +480,14 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	// poll's longest burst longer still). Each backend then has about a
 	// third of the poll's work, which on a busy server fits in the time
 	// slice it gets on waking instead of waiting behind every runnable
-	// process for a second one.
+	// process for a second one. On a partitioned pool, where every range
+	// counted is a descent of each partition's index, half the PENDING
+	// ranges go on a fourth session.
 	b, ub, pb := &pgx.Batch{}, &pgx.Batch{}, &pgx.Batch{}
+	var xb *pgx.Batch
+	if c.t.partitioned {
+		xb = &pgx.Batch{}
+	}
 	c.queueServer(b, &s)
 	uq := c.unused.plan(start)
 	uq.queue(ub, c.t.qualified, c.unused.width)
@@ -491,25 +497,33 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	var cq *censusQuery
 	if c.byIndex() {
 		pq = c.pending.plan(start, a.ExpiredAfter, c.cfg.StuckAfter)
-		pq.queue(pb, c.t.qualified, c.t.pendingIndex, c.t.hasUpdated, c.pending.slices)
+		pq.queue(pb, xb, c.t.qualified, c.t.pendingIndex, c.t.hasUpdated, c.pending.slices)
 	} else {
 		cq = c.census.plan()
 		cq.queue(pb, &c.census, c.t.qualified, c.t.leaves, c.t.hasLeased, c.t.hasUpdated, a.ExpiredAfter, c.cfg.StuckAfter)
 	}
 	hq := c.holders.plan(c.byIndex() && c.t.hasHolder && c.t.hasLeased)
 	hq.queue(b, c.t.qualified, c.t.hasUpdated)
-	sq := c.claims.plan()
+	sq := c.claims.plan(start)
 	sq.queue(b)
 	fq := c.fleet.plan(c.t.fleet, c.byIndex() && c.t.hasHolder)
 	fq.queue(b, c.t.fleet, c.t.qualified)
-	uerr, perr := make(chan error, 1), make(chan error, 1)
+	uerr, perr, xerr := make(chan error, 1), make(chan error, 1), make(chan error, 1)
 	go func() { uerr <- c.pool.SendBatch(ctx, ub).Close() }()
 	go func() { perr <- c.pool.SendBatch(ctx, pb).Close() }()
+	if xb != nil && xb.Len() > 0 {
+		go func() { xerr <- c.pool.SendBatch(ctx, xb).Close() }()
+	} else {
+		xerr <- nil
+	}
 	err := c.pool.SendBatch(ctx, b).Close()
-	for _, ch := range []chan error{uerr, perr} {
+	for _, ch := range []chan error{uerr, perr, xerr} {
 		if e := <-ch; err == nil {
 			err = e
 		}
+	}
+	if err == nil && pq != nil {
+		err = pq.collect()
 	}
 	if err != nil {
 		c.backOff()

@@ -577,6 +577,40 @@ func TestClaimStatementsFromPgStatStatements(t *testing.T) {
 	if cs == nil || cs.CallsPerS <= 0 || cs.MeanMS <= 0 || cs.MaxMS < cs.MeanMS {
 		t.Fatalf("claim statements: %+v", cs)
 	}
+	// Between readings of the texts the counters are read by queryid: a
+	// claim statement that appears later (a deploy) counts from the next
+	// reading of the texts on, and its history before it is not taken for
+	// the calls of one period.
+	collector.SetStatementsLearnEvery(c, time.Hour)
+	newClaims := func(n int) {
+		for range n {
+			if _, err := b.conn.Exec(b.ctx, `SELECT id FROM resource_pool WHERE status = 'UNUSED' AND id > $1 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reading := func() *collector.ClaimStats { // five polls: one reading
+		var s collector.Snapshot
+		for range 5 {
+			var err error
+			if s, err = c.Poll(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s.Claims
+	}
+	newClaims(500)
+	if cs := reading(); cs == nil || cs.CallsPerS != 0 {
+		t.Fatalf("no known claim ran, a new one did: %+v; want 0 calls/s until the texts are read again", cs)
+	}
+	collector.SetStatementsLearnEvery(c, time.Nanosecond)
+	if cs := reading(); cs == nil || cs.CallsPerS != 0 {
+		t.Fatalf("the reading that found the new statement: %+v; want the rates started afresh, not its 500 calls at once", cs)
+	}
+	newClaims(50)
+	if cs := reading(); cs == nil || cs.CallsPerS <= 0 {
+		t.Fatalf("after the new statement was found: %+v; want its calls counted", cs)
+	}
 }
 
 // A poll that fails makes the next one read less. Here a statement waits

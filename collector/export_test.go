@@ -18,3 +18,10 @@ func Paces(c *Collector) (walk, per, sweep int64) {
 // LastWalk returns how many PENDING index entries c's last walk read, and
 // the server time it took by c's measure.
 func LastWalk(c *Collector) (int64, float64) { return c.pending.walked, c.pending.walkMS }
+
+// SetStatementsLearnEvery changes how often c finds the claim statements
+// in pg_stat_statements' texts, for a test.
+func SetStatementsLearnEvery(c *Collector, d time.Duration) { c.claims.learnEvery = d }
+
+// Sessions returns how many sessions c holds open on the server.
+func Sessions(c *Collector) int32 { return c.pool.Stat().TotalConns() }

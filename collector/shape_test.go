@@ -206,6 +206,15 @@ func TestCountsOnEveryShape(t *testing.T) {
 				}
 			}
 			check("after claims, commits, reaping and releases")
+			// Three sessions on the server, four on a partitioned pool (half
+			// the PENDING ranges on the fourth).
+			want := int32(3)
+			if sh.name == "partitioned" {
+				want = 4
+			}
+			if n := collector.Sessions(c); n > want {
+				t.Fatalf("%d sessions open, want at most %d", n, want)
+			}
 		})
 	}
 }

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,22 +19,42 @@ type ClaimStats struct {
 	MaxMS     float64 `json:"max_ms"`
 }
 
-// statementsEvery: pg_stat_statements is read every this many polls (it
-// reads the query texts, which cost more than the counts); the rates are
-// over the time between two readings.
+// statementsEvery: pg_stat_statements is read every this many polls; the
+// rates are over the time between two readings.
 const statementsEvery = 5
+
+// statementsLearnEvery: how often the reading looks at the query texts for
+// the claim statements (new ones appear when an application deploys).
+// Between, it reads the counters of the statements it found by their
+// queryid, without the texts: pg_stat_statements keeps them in a file that
+// every reading of the query column reads whole (up to 5,000 statements
+// on a production server), and on a busy 2-core server that reading made
+// one poll in five take 20 ms instead of 8.
+const statementsLearnEvery = 30 * time.Second
 
 // sqlClaimStatements sums the claims' counters (calls, total and longest
 // time), and counts the calls of statements on the pool that lock without
-// SKIP LOCKED (claims that queue: the doctor's finding). The query text is
-// only readable to the statement's own role and to pg_read_all_stats
-// (pg_monitor): other roles' statements count as none.
+// SKIP LOCKED (claims that queue: the doctor's finding); it returns the
+// queryids of both kinds. The query text is only readable to the
+// statement's own role and to pg_read_all_stats (pg_monitor): other roles'
+// statements count as none.
 const sqlClaimStatements = `
 SELECT coalesce(sum(calls) FILTER (WHERE query ILIKE '%SKIP LOCKED%'), 0)::bigint,
        coalesce(sum(total_exec_time) FILTER (WHERE query ILIKE '%SKIP LOCKED%'), 0)::float8,
        coalesce(max(max_exec_time) FILTER (WHERE query ILIKE '%SKIP LOCKED%'), 0)::float8,
-       coalesce(sum(calls) FILTER (WHERE query ILIKE '%FOR UPDATE%' AND query NOT ILIKE '%SKIP LOCKED%'), 0)::bigint
+       coalesce(sum(calls) FILTER (WHERE query ILIKE '%FOR UPDATE%' AND query NOT ILIKE '%SKIP LOCKED%'), 0)::bigint,
+       coalesce(array_agg(DISTINCT queryid) FILTER (WHERE query ILIKE '%SKIP LOCKED%'), '{}'),
+       coalesce(array_agg(DISTINCT queryid) FILTER (WHERE query ILIKE '%FOR UPDATE%' AND query NOT ILIKE '%SKIP LOCKED%'), '{}')
 FROM pg_stat_statements WHERE query ILIKE '%resource_pool%'`
+
+// sqlClaimCounters is the same sums over the statements found before, by
+// queryid, without reading the texts.
+const sqlClaimCounters = `
+SELECT coalesce(sum(calls) FILTER (WHERE queryid = ANY($1::bigint[])), 0)::bigint,
+       coalesce(sum(total_exec_time) FILTER (WHERE queryid = ANY($1::bigint[])), 0)::float8,
+       coalesce(max(max_exec_time) FILTER (WHERE queryid = ANY($1::bigint[])), 0)::float8,
+       coalesce(sum(calls) FILTER (WHERE queryid = ANY($2::bigint[])), 0)::bigint
+FROM pg_stat_statements(false) WHERE queryid = ANY($1::bigint[] || $2::bigint[])`
 
 // claimReader keeps the previous reading between polls.
 type claimReader struct {
@@ -44,22 +65,30 @@ type claimReader struct {
 	total     float64
 	have      bool
 	last      *ClaimStats
+	// the claim statements (SKIP LOCKED) and the locking ones, by queryid,
+	// as last found in the texts, and when
+	skip, lock []int64
+	learned    time.Time
+	learnEvery time.Duration // default statementsLearnEvery
 }
 
 // probe finds whether pg_stat_statements can be read here.
 func (r *claimReader) probe(ctx context.Context, pool *pgxpool.Pool) {
 	var n, l int64
 	var t, m float64
-	r.available = pool.QueryRow(ctx, sqlClaimStatements).Scan(&n, &t, &m, &l) == nil
+	var skip, lock []int64
+	r.available = pool.QueryRow(ctx, sqlClaimStatements).Scan(&n, &t, &m, &l, &skip, &lock) == nil
 }
 
 // claimQuery is one poll's reading (nil: not this poll).
 type claimQuery struct {
+	learn          bool // from the texts (else by the queryids known)
 	calls, locking int64
 	total, max     float64
+	skip, lock     []int64
 }
 
-func (r *claimReader) plan() *claimQuery {
+func (r *claimReader) plan(now time.Time) *claimQuery {
 	if !r.available {
 		return nil
 	}
@@ -67,20 +96,38 @@ func (r *claimReader) plan() *claimQuery {
 	if (r.polls-1)%statementsEvery != 0 {
 		return nil
 	}
-	return &claimQuery{}
+	every := r.learnEvery
+	if every == 0 {
+		every = statementsLearnEvery
+	}
+	return &claimQuery{learn: r.learned.IsZero() || now.Sub(r.learned) >= every, skip: r.skip, lock: r.lock}
 }
 
 func (q *claimQuery) queue(b *pgx.Batch) {
 	if q == nil {
 		return
 	}
-	b.Queue(sqlClaimStatements).QueryRow(func(row pgx.Row) error { return row.Scan(&q.calls, &q.total, &q.max, &q.locking) })
+	if q.learn {
+		b.Queue(sqlClaimStatements).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&q.calls, &q.total, &q.max, &q.locking, &q.skip, &q.lock)
+		})
+		return
+	}
+	b.Queue(sqlClaimCounters, q.skip, q.lock).QueryRow(func(row pgx.Row) error { return row.Scan(&q.calls, &q.total, &q.max, &q.locking) })
 }
 
 // absorb turns two readings into rates; it returns the newest figures.
 func (r *claimReader) absorb(q *claimQuery, now time.Time) *ClaimStats {
 	if q == nil {
 		return r.last
+	}
+	if q.learn {
+		// Statements found or gone since the last reading change the sums
+		// by their whole history: this reading starts the rates afresh.
+		if !slices.Equal(q.skip, r.skip) || !slices.Equal(q.lock, r.lock) {
+			r.have = false
+		}
+		r.skip, r.lock, r.learned = q.skip, q.lock, now
 	}
 	if r.have && q.calls >= r.calls && now.After(r.at) {
 		dc := q.calls - r.calls
