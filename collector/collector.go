@@ -475,23 +475,24 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		}
 	}
 	// Three batches on three sessions at once: the UNUSED count on one, the
-	// PENDING count on another, the rest on the third (with a partition's
-	// UNUSED count, every few polls: on the UNUSED session it made that
-	// poll's longest burst longer still). Each backend then has about a
-	// third of the poll's work, which on a busy server fits in the time
-	// slice it gets on waking instead of waiting behind every runnable
-	// process for a second one. On a partitioned pool, where every range
-	// counted is a descent of each partition's index, half the PENDING
-	// ranges go on a fourth session.
+	// PENDING count on another, the rest on the third. Each backend then
+	// has about a third of the poll's work, which on a busy server fits in
+	// the time slice it gets on waking instead of waiting behind every
+	// runnable process for a second one. On a partitioned pool, where every
+	// range counted is a descent of each partition's index, a fourth
+	// session counts half the PENDING ranges and, every few polls, a
+	// partition's UNUSED ids (beside the pool's UNUSED count, or the rest,
+	// it made that poll's longest burst longer still).
 	b, ub, pb := &pgx.Batch{}, &pgx.Batch{}, &pgx.Batch{}
-	var xb *pgx.Batch
+	xb, partsB := (*pgx.Batch)(nil), b
 	if c.t.partitioned {
 		xb = &pgx.Batch{}
+		partsB = xb
 	}
 	c.queueServer(b, &s)
 	uq := c.unused.plan(start)
 	uq.queue(ub, c.t.qualified, c.unused.width)
-	pqs := c.queueParts(b, start)
+	pqs := c.queueParts(partsB, start)
 	a := c.cfg.Alerts
 	var pq *pendingQuery
 	var cq *censusQuery
