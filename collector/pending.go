@@ -138,12 +138,6 @@ type pendingQuery struct {
 	server  time.Time
 	walkMS  float64 // server time of the walk
 	rotMS   float64 // server time of the recounts
-	// the ranges' counts as read, by the first statement and the second
-	// (see queue), before collect
-	counted [2][]countRow
-	want    int   // ranges counted
-	splitAt []int // the cuts split, in the order of their ranges after the slices'
-	moreMS  float64
 }
 
 // plan decides what the next poll counts. now is our clock; expiredAfter and
@@ -290,12 +284,8 @@ func bound(t *time.Time, upper bool) pgtype.Timestamptz {
 
 // queue adds the statements to the batch. table is the quoted pool table,
 // index the PENDING index (quoted); hasUpdated says whether the table has
-// updated_at (how long rows without a lease have waited). With two, the
-// second batch (another session) counts half the ranges: on a partitioned
-// pool each range is a descent of every partition's index, and half of
-// them on each of two sessions is a shorter burst of work on each (see
-// Poll).
-func (q *pendingQuery) queue(b *pgx.Batch, more *pgx.Batch, table, index string, hasUpdated bool, slices []pslice) {
+// updated_at (how long rows without a lease have waited).
+func (q *pendingQuery) queue(b *pgx.Batch, table, index string, hasUpdated bool, slices []pslice) {
 	los := make([]pgtype.Timestamptz, len(q.recount))
 	his := make([]pgtype.Timestamptz, len(q.recount))
 	for i, k := range q.recount {
@@ -314,12 +304,6 @@ func (q *pendingQuery) queue(b *pgx.Batch, more *pgx.Batch, table, index string,
 	}
 	if q.walkAt >= 0 { // else no walk this poll: nothing to send
 		q.queueWalk(b, table, index, slices)
-	}
-	q.want, q.splitAt = len(q.recount)+len(splitAt), splitAt
-	if more != nil && len(los) > 1 {
-		k := len(los) / 2
-		q.queueRanges(more, table, los[k:], his[k:])
-		los, his = los[:k], his[:k]
 	}
 	updated := "updated_at"
 	if !hasUpdated {
@@ -346,48 +330,20 @@ SELECT now(),
 		if err := row.Scan(&q.server, &q.forever, &low, &none, &t1, &counted, &t2); err != nil {
 			return fmt.Errorf("pending ids: %w", err)
 		}
-		q.counted[0] = counted
+		if len(counted) != len(q.recount)+len(splitAt) {
+			return fmt.Errorf("pending ids: %d counts for %d ranges", len(counted), len(q.recount)+len(splitAt))
+		}
+		for k, c := range splitAt {
+			q.splits[c] = counted[len(q.recount)+k].n
+		}
+		for _, c := range counted[:len(q.recount)] {
+			q.counts, q.mins = append(q.counts, c.n), append(q.mins, finite(c.min))
+		}
 		q.low, q.lowN = low.low, low.n
 		q.noneR = none.region()
 		q.rotMS += float64(t2.Sub(t1).Microseconds()) / 1000
 		return nil
 	})
-}
-
-// queueRanges adds the count of the ranges [los[i], his[i]) to the batch,
-// the second half of the poll's ranges.
-func (q *pendingQuery) queueRanges(b *pgx.Batch, table string, los, his []pgtype.Timestamptz) {
-	b.Queue(fmt.Sprintf(`
-SELECT clock_timestamp(),
-       ARRAY(SELECT (SELECT row(count(*), min(leased_until)) FROM %[1]s WHERE status = 'PENDING' AND leased_until >= s.lo AND leased_until < s.hi)
-             FROM unnest($1::timestamptz[], $2::timestamptz[]) WITH ORDINALITY AS s(lo, hi, i) ORDER BY s.i),
-       clock_timestamp()`, table), los, his).QueryRow(func(row pgx.Row) error {
-		var t1, t2 time.Time
-		var counted []countRow
-		if err := row.Scan(&t1, &counted, &t2); err != nil {
-			return fmt.Errorf("pending ids: %w", err)
-		}
-		q.counted[1] = counted
-		q.moreMS = float64(t2.Sub(t1).Microseconds()) / 1000
-		return nil
-	})
-}
-
-// collect takes the counts of the ranges, read by one statement or two,
-// once the poll's batches are in.
-func (q *pendingQuery) collect() error {
-	counted := append(q.counted[0], q.counted[1]...)
-	if len(counted) != q.want {
-		return fmt.Errorf("pending ids: %d counts for %d ranges", len(counted), q.want)
-	}
-	for k, c := range q.splitAt {
-		q.splits[c] = counted[len(q.recount)+k].n
-	}
-	for _, c := range counted[:len(q.recount)] {
-		q.counts, q.mins = append(q.counts, c.n), append(q.mins, finite(c.min))
-	}
-	q.rotMS += q.moreMS // the pace follows the server's work on both
-	return nil
 }
 
 // queueWalk adds the walk of slice q.walkAt to the batch.
