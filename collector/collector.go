@@ -253,7 +253,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		return nil, err
 	}
 	c.census.byTID = c.t.version >= 140000
-	c.claims.probe(ctx, pool)
+	c.claims.probe(ctx, pool, c.t.name)
 	return c, nil
 }
 

@@ -613,6 +613,47 @@ func TestClaimStatementsFromPgStatStatements(t *testing.T) {
 	}
 }
 
+// The claim statements are those that name the watched table, whatever its
+// name: a pool called otherwise had no claim figures, and statements on a
+// table named resource_pool elsewhere were counted as its claims.
+func TestClaimStatementsOfAPoolWithAnotherName(t *testing.T) {
+	b := setup(t, 200)
+	if _, err := b.conn.Exec(b.ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public"); err != nil {
+		t.Fatalf("pg_stat_statements is needed for this test (the server's contrib modules; pgtest preloads it): %v", err)
+	}
+	b.exec(t, `CREATE TABLE slot_pool (LIKE resource_pool INCLUDING ALL)`)
+	b.exec(t, `INSERT INTO slot_pool SELECT * FROM resource_pool`)
+	c := b.collector(t, collector.Config{Table: b.schema + ".slot_pool"})
+	claims := func(table string, n int) {
+		for range n {
+			if _, err := b.conn.Exec(b.ctx, `SELECT id FROM `+table+` WHERE status = 'UNUSED' AND id > $1 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reading := func() *collector.ClaimStats { // five polls: one reading
+		var s collector.Snapshot
+		for range 5 {
+			var err error
+			if s, err = c.Poll(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s.Claims
+	}
+	claims("slot_pool", 10)
+	claims("resource_pool", 10)
+	reading() // the first reading: no rate yet
+	claims("resource_pool", 300)
+	if cs := reading(); cs == nil || cs.CallsPerS != 0 {
+		t.Fatalf("claims on another table only: %+v; want 0 calls/s on slot_pool", cs)
+	}
+	claims("slot_pool", 50)
+	if cs := reading(); cs == nil || cs.CallsPerS <= 0 {
+		t.Fatalf("claims on slot_pool: %+v; want them counted", cs)
+	}
+}
+
 // A poll that fails makes the next one read less. Here a statement waits
 // on a lock past the collector's lock_timeout; on a busy server it is the
 // walk of a large leak running into statement_timeout (65,536 entries of 8

@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,7 +36,8 @@ const statementsLearnEvery = 30 * time.Second
 // sqlClaimStatements sums the claims' counters (calls, total and longest
 // time), and counts the calls of statements on the pool that lock without
 // SKIP LOCKED (claims that queue: the doctor's finding); it returns the
-// queryids of both kinds. The query text is only readable to the
+// queryids of both kinds. $1 is the pattern of the pool table's name
+// (claimPattern). The query text is only readable to the
 // statement's own role and to pg_read_all_stats (pg_monitor): other roles'
 // statements count as none.
 const sqlClaimStatements = `
@@ -45,7 +47,7 @@ SELECT coalesce(sum(calls) FILTER (WHERE query ILIKE '%SKIP LOCKED%'), 0)::bigin
        coalesce(sum(calls) FILTER (WHERE query ILIKE '%FOR UPDATE%' AND query NOT ILIKE '%SKIP LOCKED%'), 0)::bigint,
        coalesce(array_agg(DISTINCT queryid) FILTER (WHERE query ILIKE '%SKIP LOCKED%'), '{}'),
        coalesce(array_agg(DISTINCT queryid) FILTER (WHERE query ILIKE '%FOR UPDATE%' AND query NOT ILIKE '%SKIP LOCKED%'), '{}')
-FROM pg_stat_statements WHERE query ILIKE '%resource_pool%'`
+FROM pg_stat_statements WHERE query ILIKE $1`
 
 // sqlClaimCounters is the same sums over the statements found before, by
 // queryid, without reading the texts.
@@ -70,14 +72,23 @@ type claimReader struct {
 	skip, lock []int64
 	learned    time.Time
 	learnEvery time.Duration // default statementsLearnEvery
+	pattern    string        // claimPattern of the pool table
 }
 
-// probe finds whether pg_stat_statements can be read here.
-func (r *claimReader) probe(ctx context.Context, pool *pgxpool.Pool) {
+// claimPattern is the ILIKE pattern of statements that name the pool
+// table (its name, LIKE's wildcards escaped).
+func claimPattern(table string) string {
+	return "%" + strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(table) + "%"
+}
+
+// probe finds whether pg_stat_statements can be read here; table is the
+// pool table's name, which the claim statements name.
+func (r *claimReader) probe(ctx context.Context, pool *pgxpool.Pool, table string) {
 	var n, l int64
 	var t, m float64
 	var skip, lock []int64
-	r.available = pool.QueryRow(ctx, sqlClaimStatements).Scan(&n, &t, &m, &l, &skip, &lock) == nil
+	r.pattern = claimPattern(table)
+	r.available = pool.QueryRow(ctx, sqlClaimStatements, r.pattern).Scan(&n, &t, &m, &l, &skip, &lock) == nil
 }
 
 // claimQuery is one poll's reading (nil: not this poll).
@@ -86,6 +97,7 @@ type claimQuery struct {
 	calls, locking int64
 	total, max     float64
 	skip, lock     []int64
+	pattern        string
 }
 
 func (r *claimReader) plan(now time.Time) *claimQuery {
@@ -100,7 +112,7 @@ func (r *claimReader) plan(now time.Time) *claimQuery {
 	if every == 0 {
 		every = statementsLearnEvery
 	}
-	return &claimQuery{learn: r.learned.IsZero() || now.Sub(r.learned) >= every, skip: r.skip, lock: r.lock}
+	return &claimQuery{learn: r.learned.IsZero() || now.Sub(r.learned) >= every, skip: r.skip, lock: r.lock, pattern: r.pattern}
 }
 
 func (q *claimQuery) queue(b *pgx.Batch) {
@@ -108,7 +120,7 @@ func (q *claimQuery) queue(b *pgx.Batch) {
 		return
 	}
 	if q.learn {
-		b.Queue(sqlClaimStatements).QueryRow(func(row pgx.Row) error {
+		b.Queue(sqlClaimStatements, q.pattern).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&q.calls, &q.total, &q.max, &q.locking, &q.skip, &q.lock)
 		})
 		return
