@@ -556,9 +556,7 @@ func TestHoldersInTheSnapshot(t *testing.T) {
 // statements' rate and mean time (watch charts them).
 func TestClaimStatementsFromPgStatStatements(t *testing.T) {
 	b := setup(t, 2000)
-	if _, err := b.conn.Exec(b.ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public"); err != nil {
-		t.Fatalf("pg_stat_statements is needed for this test (the server's contrib modules; pgtest preloads it): %v", err)
-	}
+	b.statStatements(t)
 	c := b.collector(t, collector.Config{})
 	var last collector.Snapshot
 	for i := 0; i < 2*5+1; i++ {
@@ -582,23 +580,8 @@ func TestClaimStatementsFromPgStatStatements(t *testing.T) {
 	// reading of the texts on, and its history before it is not taken for
 	// the calls of one period.
 	collector.SetStatementsLearnEvery(c, time.Hour)
-	newClaims := func(n int) {
-		for range n {
-			if _, err := b.conn.Exec(b.ctx, `SELECT id FROM resource_pool WHERE status = 'UNUSED' AND id > $1 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`, 0); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	reading := func() *collector.ClaimStats { // five polls: one reading
-		var s collector.Snapshot
-		for range 5 {
-			var err error
-			if s, err = c.Poll(b.ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return s.Claims
-	}
+	newClaims := func(n int) { b.skipLockedClaims(t, "resource_pool", n) }
+	reading := func() *collector.ClaimStats { return claimReading(t, b.ctx, c) }
 	newClaims(500)
 	if cs := reading(); cs == nil || cs.CallsPerS != 0 {
 		t.Fatalf("no known claim ran, a new one did: %+v; want 0 calls/s until the texts are read again", cs)
@@ -615,35 +598,24 @@ func TestClaimStatementsFromPgStatStatements(t *testing.T) {
 
 // The claim statements are those that name the watched table, whatever its
 // name: a pool called otherwise had no claim figures, and statements on a
-// table named resource_pool elsewhere were counted as its claims.
+// table named resource_pool elsewhere were counted as its claims. The
+// first claim statement is found at the reading after it ran.
 func TestClaimStatementsOfAPoolWithAnotherName(t *testing.T) {
 	b := setup(t, 200)
-	if _, err := b.conn.Exec(b.ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public"); err != nil {
-		t.Fatalf("pg_stat_statements is needed for this test (the server's contrib modules; pgtest preloads it): %v", err)
-	}
+	b.statStatements(t)
 	b.exec(t, `CREATE TABLE slot_pool (LIKE resource_pool INCLUDING ALL)`)
 	b.exec(t, `INSERT INTO slot_pool SELECT * FROM resource_pool`)
 	c := b.collector(t, collector.Config{Table: b.schema + ".slot_pool"})
-	claims := func(table string, n int) {
-		for range n {
-			if _, err := b.conn.Exec(b.ctx, `SELECT id FROM `+table+` WHERE status = 'UNUSED' AND id > $1 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`, 0); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	reading := func() *collector.ClaimStats { // five polls: one reading
-		var s collector.Snapshot
-		for range 5 {
-			var err error
-			if s, err = c.Poll(b.ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return s.Claims
-	}
-	claims("slot_pool", 10)
+	claims := func(table string, n int) { b.skipLockedClaims(t, table, n) }
+	reading := func() *collector.ClaimStats { return claimReading(t, b.ctx, c) }
+	// The texts are read again only in an hour, but while no claim
+	// statement is known they are read at every reading: a watcher started
+	// before the workload's first claim finds it at the next one.
+	collector.SetStatementsLearnEvery(c, time.Hour)
 	claims("resource_pool", 10)
-	reading() // the first reading: no rate yet
+	reading() // the first reading: no claim on slot_pool yet
+	claims("slot_pool", 10)
+	reading() // finds it; the rates start afresh
 	claims("resource_pool", 300)
 	if cs := reading(); cs == nil || cs.CallsPerS != 0 {
 		t.Fatalf("claims on another table only: %+v; want 0 calls/s on slot_pool", cs)
@@ -652,6 +624,39 @@ func TestClaimStatementsOfAPoolWithAnotherName(t *testing.T) {
 	if cs := reading(); cs == nil || cs.CallsPerS <= 0 {
 		t.Fatalf("claims on slot_pool: %+v; want them counted", cs)
 	}
+}
+
+// statStatements creates pg_stat_statements in the test database.
+func (b *bundle) statStatements(t *testing.T) {
+	t.Helper()
+	if _, err := b.conn.Exec(b.ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public"); err != nil {
+		t.Fatalf("pg_stat_statements is needed for this test (the server's contrib modules; pgtest preloads it): %v", err)
+	}
+}
+
+// skipLockedClaims runs n claim statements (SKIP LOCKED) on table, a
+// statement of their own in pg_stat_statements.
+func (b *bundle) skipLockedClaims(t *testing.T, table string, n int) {
+	t.Helper()
+	for range n {
+		if _, err := b.conn.Exec(b.ctx, `SELECT id FROM `+table+` WHERE status = 'UNUSED' AND id > $1 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// claimReading polls c five times (pg_stat_statements is read once in
+// five) and returns the claim figures of the last.
+func claimReading(t *testing.T, ctx context.Context, c *collector.Collector) *collector.ClaimStats {
+	t.Helper()
+	var s collector.Snapshot
+	for range 5 {
+		var err error
+		if s, err = c.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s.Claims
 }
 
 // A poll that fails makes the next one read less. Here a statement waits
