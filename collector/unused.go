@@ -304,7 +304,11 @@ func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Durati
 	// two heads uncounted: the next poll looks ahead over them too.
 	u.moved = max(h-u.head, u.head-h)
 	if q.look > 0 {
-		if !u.aheadOK || from == hc+1 {
+		// Chunks past the window keep the counts of earlier lookaheads;
+		// but a window counted from the head's next chunk on (the head
+		// moved down, or nothing was skipped) may lie below chunks that
+		// were dropped under the old head and never counted since.
+		if from == hc+1 {
 			u.ahead = hc + q.look
 		} else {
 			u.ahead = max(u.ahead, hc+q.look)

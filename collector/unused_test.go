@@ -16,6 +16,17 @@ type idModel struct {
 
 func (m *idModel) truth() int64 { return m.count(1, m.top+1) }
 
+// newIDModel is a pool of ids 1..top, two in three UNUSED, and a counter
+// that has seen its id range.
+func newIDModel(top int64) (*idModel, *unusedCounter) {
+	m := &idModel{unused: map[int64]bool{}, top: top}
+	for id := int64(1); id <= top; id++ {
+		m.unused[id] = id%3 != 0
+	}
+	u := &unusedCounter{width: minChunk, top: top / minChunk}
+	return m, u
+}
+
 // count is the UNUSED ids in [lo, hi).
 func (m *idModel) count(lo, hi int64) int64 {
 	var n int64
@@ -68,13 +79,7 @@ func (m *idModel) answer(q *unusedQuery, w int64) {
 // the true change; ids returned elsewhere are found by the sweep.
 func TestUnusedCounterOnAModelPool(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	m := &idModel{unused: map[int64]bool{}}
-	for id := int64(1); id <= 60_000; id++ {
-		m.unused[id] = id%3 != 0
-	}
-	m.top = 60_000
-	var u unusedCounter
-	u.width, u.head, u.top = minChunk, 0, m.top/minChunk
+	m, u := newIDModel(60_000)
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	budget := time.Millisecond
 	poll := func() unusedFigures {
@@ -125,7 +130,7 @@ func TestUnusedCounterOnAModelPool(t *testing.T) {
 	// must have been counted before), also while the first sweep, which
 	// starts at the top, has not reached the head yet.
 	// On a busy server the sweep slows to a chunk a poll.
-	u = unusedCounter{}
+	*u = unusedCounter{}
 	u.width, u.top = minChunk, m.top/minChunk
 	u.head = next / minChunk
 	budget = time.Microsecond
@@ -249,13 +254,7 @@ func TestUnusedSweepPaceBacksOffUnderLoad(t *testing.T) {
 // on a partitioned pool every chunk counted is a descent of every
 // partition's index. The counts stay exact, and the deltas add up.
 func TestUnusedCountsOnlyWhatChanged(t *testing.T) {
-	m := &idModel{unused: map[int64]bool{}}
-	for id := int64(1); id <= 200_000; id++ {
-		m.unused[id] = id%3 != 0
-	}
-	m.top = 200_000
-	var u unusedCounter
-	u.width, u.head, u.top = minChunk, 0, m.top/minChunk
+	m, u := newIDModel(200_000)
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	next := int64(1)
 	var sum int64
