@@ -493,6 +493,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	var pq *pendingQuery
 	var cq *censusQuery
 	if c.byIndex() {
+		c.pending.descent = descentCost * int64(max(1, len(c.t.leaves)))
 		pq = c.pending.plan(start, a.ExpiredAfter, c.cfg.StuckAfter)
 		pq.queue(pb, c.t.qualified, c.t.pendingIndex, c.t.hasUpdated, c.pending.slices)
 	} else {

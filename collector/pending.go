@@ -37,16 +37,17 @@ import (
 // counted from the index at every poll (every few polls when there are very
 // many), and how long they have waited is read from a sample of them.
 type pendingCounter struct {
-	per    pace     // entries recounted in turn per poll, against the count budget
-	walk   pace     // entries walked per poll, against walkBudgetMS
-	walked int64    // entries the last walk read …
-	walkMS float64  // … and its server time
-	slices []pslice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
-	cursor int
-	credit int64         // entries the rotation has saved for a slice larger than its pace
-	none   pregion       // PENDING without a lease
-	skew   time.Duration // the server's clock minus ours, from the last poll
-	polls  int
+	per     pace     // entries recounted in turn per poll, against the count budget
+	walk    pace     // entries walked per poll, against walkBudgetMS
+	walked  int64    // entries the last walk read …
+	walkMS  float64  // … and its server time
+	slices  []pslice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
+	cursor  int
+	credit  int64         // entries the rotation has saved for a slice larger than its pace
+	descent int64         // what a recount costs the rotation beyond its entries: descentCost a partition
+	none    pregion       // PENDING without a lease
+	skew    time.Duration // the server's clock minus ours, from the last poll
+	polls   int
 	// forever is the count of leases at infinity, read every foreverEvery polls.
 	forever int64
 	// lowSkip counts down the polls until the lowest live lease id is read
@@ -108,6 +109,7 @@ const (
 	minPending   = 512     // entries walked or recounted in turn per poll, at least …
 	maxPending   = 262_144 // … and at most
 	initPending  = 65_536
+	descentCost  = 32 // entries a descent of the index is worth to the rotation (about 3 buffers against a leaf's 200 entries or so)
 )
 
 // pendingQuery is the plan of one poll's PENDING statements, and their results.
@@ -237,20 +239,28 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	for i := range p.slices {
 		largest = max(largest, p.slices[i].n)
 	}
-	p.credit = min(p.credit+p.per.n, max(p.per.n, largest))
+	//
+	// A recount costs its entries and its descents of the index: one a
+	// partition, each worth descentCost entries. Counted free, the empty
+	// slices between two leases were recounted ten at a poll on a pool of
+	// 8 partitions, each 8 descents (BenchmarkPollShapes/partitioned: 10
+	// ranges, 274 buffers a poll under load).
+	p.credit = min(p.credit+p.per.n, max(p.per.n, largest+p.descent))
 	for k := 0; k < len(p.slices); k++ {
 		next := (p.cursor + 1) % len(p.slices)
+		sl := p.slices[next]
+		due := !sl.settled() || now.Sub(sl.at) >= reanchor // a settled slice: every reanchor, for a past expiry written by hand
 		var n int64
-		if s := p.slices[next]; s.known && next != q.walkAt && !q.recounts(next) {
-			n = s.n
+		if sl.known && next != q.walkAt && !q.recounts(next) && due {
+			n = sl.n + p.descent
 		}
 		if n > p.credit {
 			break
 		}
 		p.credit -= n
 		p.cursor = next
-		if sl := p.slices[next]; !sl.settled() || now.Sub(sl.at) >= reanchor {
-			add(next) // a settled slice: every reanchor, for a past expiry written by hand
+		if due {
+			add(next)
 		}
 	}
 	return q
@@ -310,20 +320,34 @@ func (q *pendingQuery) queue(b *pgx.Batch, table, index string, hasUpdated bool,
 	if !hasUpdated {
 		updated = "NULL::timestamptz"
 	}
+	// The parts this poll does not ask for are left out of the text, not
+	// switched off by a parameter: a subquery on the pool is started at
+	// every execution whether it runs or not, on a partitioned pool a scan
+	// of every partition. (A constant row keeps the columns; the two cuts
+	// stay referenced, so that their parameters keep a type.)
+	forever := fmt.Sprintf(`(SELECT count(*) FROM %s WHERE status = 'PENDING' AND leased_until = 'infinity')`, table)
+	if !q.askForever {
+		forever = `0::bigint`
+	}
+	low := fmt.Sprintf(`(SELECT row(count(*), min(id)) FROM (SELECT id FROM %s WHERE status = 'PENDING' AND leased_until >= $1::timestamptz
+                                           ORDER BY leased_until DESC LIMIT %d) AS l)`, table, lowCap+1)
+	if !q.askLow {
+		low = `(SELECT row(0::bigint, NULL::bigint) WHERE $1::timestamptz IS NULL)`
+	}
+	none := fmt.Sprintf(`(SELECT row((SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND leased_until IS NULL),
+                   count(*), count(*) FILTER (WHERE u < $2::timestamptz), min(u))
+        FROM (SELECT %[2]s AS u FROM %[1]s WHERE status = 'PENDING' AND leased_until IS NULL
+              ORDER BY leased_until LIMIT %[3]d) AS x)`, table, updated, noneSample)
+	if !q.none {
+		none = `(SELECT row(0::bigint, 0::bigint, 0::bigint, NULL::timestamptz) WHERE $2::timestamptz IS NULL)`
+	}
 	b.Queue(fmt.Sprintf(`
-SELECT now(),
-       (SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $6::boolean AND leased_until = 'infinity'),
-       (SELECT row(count(*), min(id)) FROM (SELECT id FROM %[1]s WHERE status = 'PENDING' AND $7::boolean AND leased_until >= $1::timestamptz
-                                           ORDER BY leased_until DESC LIMIT %[3]d) AS l),
-       (SELECT row((SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND $2::boolean AND leased_until IS NULL),
-                   count(*), count(*) FILTER (WHERE u < $3::timestamptz), min(u))
-        FROM (SELECT %[2]s AS u FROM %[1]s WHERE status = 'PENDING' AND $2::boolean AND leased_until IS NULL
-              ORDER BY leased_until LIMIT %[4]d) AS x),
+SELECT now(), %[2]s, %[3]s, %[4]s,
        clock_timestamp(),
        ARRAY(SELECT (SELECT row(count(*), min(leased_until)) FROM %[1]s WHERE status = 'PENDING' AND leased_until >= s.lo AND leased_until < s.hi)
-             FROM unnest($4::timestamptz[], $5::timestamptz[]) WITH ORDINALITY AS s(lo, hi, i) ORDER BY s.i),
-       clock_timestamp()`, table, updated, lowCap+1, noneSample),
-		q.cuts[0], q.none, q.cuts[2], los, his, q.askForever, q.askLow).QueryRow(func(row pgx.Row) error {
+             FROM unnest($3::timestamptz[], $4::timestamptz[]) WITH ORDINALITY AS s(lo, hi, i) ORDER BY s.i),
+       clock_timestamp()`, table, forever, low, none),
+		q.cuts[0], q.cuts[2], los, his).QueryRow(func(row pgx.Row) error {
 		var t1, t2 time.Time
 		var low lowRow
 		var none noneRow
