@@ -37,17 +37,20 @@ import (
 // counted from the index at every poll (every few polls when there are very
 // many), and how long they have waited is read from a sample of them.
 type pendingCounter struct {
-	per     pace     // entries recounted in turn per poll, against the count budget
-	walk    pace     // entries walked per poll, against walkBudgetMS
-	walked  int64    // entries the last walk read …
-	walkMS  float64  // … and its server time
-	slices  []pslice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
-	cursor  int
-	credit  int64         // entries the rotation has saved for a slice larger than its pace
-	descent int64         // what a recount costs the rotation beyond its entries: descentCost a partition
-	none    pregion       // PENDING without a lease
-	skew    time.Duration // the server's clock minus ours, from the last poll
-	polls   int
+	per    pace     // entries recounted in turn per poll, against the count budget
+	walk   pace     // entries walked per poll, against walkBudgetMS
+	walked int64    // entries the last walk read …
+	walkMS float64  // … and its server time
+	slices []pslice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
+	// the rotation has passed every slice below turnedTo (else it starts
+	// from the first)
+	turned   bool
+	turnedTo time.Time
+	credit   int64         // entries the rotation has saved for a slice larger than its pace
+	descent  int64         // what a recount costs the rotation beyond its entries: descentCost a partition
+	none     pregion       // PENDING without a lease
+	skew     time.Duration // the server's clock minus ours, from the last poll
+	polls    int
 	// forever is the count of leases at infinity, read every foreverEvery polls.
 	forever int64
 	// lowSkip counts down the polls until the lowest live lease id is read
@@ -246,8 +249,17 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	// 8 partitions, each 8 descents (BenchmarkPollShapes/partitioned: 10
 	// ranges, 274 buffers a poll under load).
 	p.credit = min(p.credit+p.per.n, max(p.per.n, largest+p.descent))
+	//
+	// Where the rotation stands is a key, not a slice's index: cuts and
+	// merges shift the indices at every poll, and an index kept across them
+	// skipped slices, the newest ones above now most (cut at every poll,
+	// merged, and skipped again): at a slow pace, 300 new leases there went
+	// uncounted for over 60 polls (TestCountsOnEveryShape/leak).
 	for k := 0; k < len(p.slices); k++ {
-		next := (p.cursor + 1) % len(p.slices)
+		next := 0
+		if p.turned {
+			next = p.holding(p.turnedTo)
+		}
 		sl := p.slices[next]
 		due := !sl.settled() || now.Sub(sl.at) >= reanchor // a settled slice: every reanchor, for a past expiry written by hand
 		var n int64
@@ -258,7 +270,10 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 			break
 		}
 		p.credit -= n
-		p.cursor = next
+		p.turned = sl.hi != nil // past the last slice: from the first again
+		if p.turned {
+			p.turnedTo = *sl.hi
+		}
 		if due {
 			add(next)
 		}
@@ -861,7 +876,4 @@ func (p *pendingCounter) merge(keep []time.Time) {
 	}
 	clear(p.slices[out:])
 	p.slices = p.slices[:out]
-	if p.cursor >= len(p.slices) {
-		p.cursor = 0
-	}
 }
