@@ -109,7 +109,9 @@ type unusedQuery struct {
 	// results
 	head, top *int64
 	got       map[int64]int64
-	el        time.Duration // the statement's time on the server, which paces the sweep
+	swept     map[int64]int64 // the sweep's counts, read by a statement of their own
+	el        time.Duration   // the statements' time on the server, which paces the sweep
+	sweepEl   time.Duration
 }
 
 // lookFrom is the first chunk the lookahead counted, hc the head's chunk.
@@ -185,17 +187,25 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 	return q
 }
 
-// queue adds the counting statement to the batch. In one snapshot it finds
-// the id range (lowest UNUSED id, highest id), counts the head chunk from
-// the lowest UNUSED id, then the sweep's run of chunks, the lookahead and
-// the tail, each chunk by a range scan of the partial index (a GROUP BY over
-// one scan would size a hash table for thousands of groups at every
-// execution: a millisecond). The four lists of chunks feed one count: on a
+// queue adds the counting statements to the batches. In one snapshot, on
+// b, it finds the id range (lowest UNUSED id, highest id), counts the head
+// chunk from the lowest UNUSED id, then the lookahead and the tail, each
+// chunk by a range scan of the partial index (a GROUP BY over one scan
+// would size a hash table for thousands of groups at every execution: a
+// millisecond). The three lists of chunks feed one count: on a
 // partitioned pool each subquery on the pool starts a scan of every
 // partition.
-func (q *unusedQuery) queue(b *pgx.Batch, table string, width int64) {
-	q.got = map[int64]int64{}
-	b.Queue(fmt.Sprintf(sqlUnused, table), width, q.lo, q.hi, q.floor, q.look, q.tail, maxSweep, q.above, q.head0, q.aheadFrom).Query(func(rows pgx.Rows) error {
+//
+// The sweep's chunks go on sb (the PENDING count's session, or b), by a
+// statement of their own: they lie above the head's chunk at the last
+// poll, where no claim takes an id before the head reaches them, so a
+// snapshot of their own counts them as well, and the statement on b is
+// shorter by them (on a pool of 8 partitions each chunk is 8 descents of
+// the index). A swept chunk the head has reached since is counted from
+// the head on b, and that count is the one kept.
+func (q *unusedQuery) queue(b, sb *pgx.Batch, table string, width int64) {
+	q.got, q.swept = map[int64]int64{}, map[int64]int64{}
+	b.Queue(fmt.Sprintf(sqlUnused, table), width, q.floor, q.look, q.tail, maxSweep, q.above, q.head0, q.aheadFrom).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k, n *int64
 			var t0, t1 time.Time
@@ -209,18 +219,33 @@ func (q *unusedQuery) queue(b *pgx.Batch, table string, width int64) {
 		}
 		return rows.Err()
 	})
+	if width == 0 || q.lo >= q.hi {
+		return
+	}
+	sb.Queue(fmt.Sprintf(sqlSweep, table), width, q.lo, q.hi).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var k, n int64
+			var t0, t1 time.Time
+			if err := rows.Scan(&k, &n, &t0, &t1); err != nil {
+				return fmt.Errorf("unused ids: sweep: %w", err)
+			}
+			q.swept[k] = n
+			q.sweepEl = max(q.sweepEl, t1.Sub(t0))
+		}
+		return rows.Err()
+	})
 }
 
 // backOff: the poll failed; the next one sweeps half as many chunks.
 func (u *unusedCounter) backOff() { u.per.backOff(2) }
 
-// sqlUnused counts UNUSED ids by chunk: $1 chunk width, [$2, $3) the sweep,
-// $4 the floor of the head's search, $5 the lookahead (from chunk $10 on
-// unless the head's chunk is below $9), from $6 (-1: none) up to the top
-// at most $7 chunks of the tail, if the top is past id $8.
+// sqlUnused counts UNUSED ids by chunk: $1 chunk width, $2 the floor of
+// the head's search, $3 the lookahead (from chunk $8 on unless the head's
+// chunk is below $7), from $4 (-1: none) up to the top at most $5 chunks of
+// the tail, if the top is past id $6.
 const sqlUnused = `
 WITH h AS MATERIALIZED (
-    SELECT clock_timestamp() AS t0, (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED' AND id >= $4::bigint) AS head, (SELECT max(id) FROM %[1]s) AS top
+    SELECT clock_timestamp() AS t0, (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED' AND id >= $2::bigint) AS head, (SELECT max(id) FROM %[1]s) AS top
 )
 SELECT h.head, h.top, c.k,
        (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= c.lo AND id < c.hi),
@@ -229,25 +254,33 @@ FROM h LEFT JOIN LATERAL (
     SELECT h.head / $1::bigint AS k, h.head AS lo, (h.head / $1::bigint + 1) * $1::bigint AS hi
     WHERE $1::bigint > 0 AND h.head IS NOT NULL
     UNION ALL
-    SELECT g.k, greatest(g.k * $1::bigint, (h.head / $1::bigint + 1) * $1::bigint), (g.k + 1) * $1::bigint
-    FROM generate_series(greatest($2::bigint, h.head / $1::bigint + 1), $3::bigint - 1) AS g(k)
-    WHERE $1::bigint > 0
-    UNION ALL
     SELECT g.k, g.k * $1::bigint, (g.k + 1) * $1::bigint
-    FROM generate_series(CASE WHEN h.head / $1::bigint >= $9::bigint THEN greatest(h.head / $1::bigint + 1, $10::bigint)
-                              ELSE h.head / $1::bigint + 1 END, h.head / $1::bigint + $5::bigint) AS g(k)
+    FROM generate_series(CASE WHEN h.head / $1::bigint >= $7::bigint THEN greatest(h.head / $1::bigint + 1, $8::bigint)
+                              ELSE h.head / $1::bigint + 1 END, h.head / $1::bigint + $3::bigint) AS g(k)
     WHERE $1::bigint > 0
     UNION ALL
     SELECT g.k, greatest(g.k * $1::bigint, h.head), (g.k + 1) * $1::bigint
-    FROM generate_series(greatest($6::bigint, h.head / $1::bigint + 1), least(h.top / $1::bigint, $6::bigint + $7::bigint)) AS g(k)
-    WHERE $1::bigint > 0 AND $6::bigint >= 0 AND h.head IS NOT NULL AND h.top > $8::bigint
+    FROM generate_series(greatest($4::bigint, h.head / $1::bigint + 1), least(h.top / $1::bigint, $4::bigint + $5::bigint)) AS g(k)
+    WHERE $1::bigint > 0 AND $4::bigint >= 0 AND h.head IS NOT NULL AND h.top > $6::bigint
 ) AS c ON true`
+
+// sqlSweep counts the UNUSED ids of chunks [$2, $3), $1 ids wide.
+const sqlSweep = `
+SELECT g.k, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= g.k * $1::bigint AND id < (g.k + 1) * $1::bigint),
+       statement_timestamp(), clock_timestamp()
+FROM generate_series($2::bigint, $3::bigint - 1) AS g(k)`
 
 // absorb takes the counts of q and returns the figures. It is pure: tests
 // drive it without PostgreSQL. budget paces the sweep; limit (the rows the
 // statistics say hold UNUSED ids, 0 for unknown) caps the estimate of
 // chunks never counted.
 func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Duration, limit int64) unusedFigures {
+	for k, n := range q.swept {
+		if _, ok := q.got[k]; !ok { // a chunk the head reached: the count from the head's snapshot
+			q.got[k] = n
+		}
+	}
+	q.el += q.sweepEl
 	u.floor = nil
 	if q.head != nil {
 		f := *q.head

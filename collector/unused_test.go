@@ -38,9 +38,9 @@ func (m *idModel) count(lo, hi int64) int64 {
 	return n
 }
 
-// answer fills q's results as sqlUnused would.
+// answer fills q's results as sqlUnused and sqlSweep would.
 func (m *idModel) answer(q *unusedQuery, w int64) {
-	q.got = map[int64]int64{}
+	q.got, q.swept = map[int64]int64{}, map[int64]int64{}
 	top := m.top
 	q.top = &top
 	var head int64
@@ -59,8 +59,8 @@ func (m *idModel) answer(q *unusedQuery, w int64) {
 	}
 	hc := head / w
 	q.got[hc] = m.count(head, (hc+1)*w)
-	for k := max(q.lo, hc+1); k < q.hi; k++ {
-		q.got[k] = m.count(max(k*w, (hc+1)*w), (k+1)*w)
+	for k := q.lo; k < q.hi; k++ { // whole chunks, wherever the head is now
+		q.swept[k] = m.count(k*w, (k+1)*w)
 	}
 	for k := q.lookFrom(hc); k <= hc+q.look; k++ {
 		q.got[k] = m.count(k*w, (k+1)*w)
@@ -70,7 +70,7 @@ func (m *idModel) answer(q *unusedQuery, w int64) {
 			q.got[k] = m.count(max(k*w, head), (k+1)*w)
 		}
 	}
-	q.el = time.Duration(len(q.got)) * 50 * time.Microsecond // what PostgreSQL would take, for the pace
+	q.el = time.Duration(len(q.got)+len(q.swept)) * 50 * time.Microsecond // what PostgreSQL would take, for the pace
 }
 
 // The UNUSED counter on a model pool: after one sweep the count is exact,
