@@ -243,23 +243,38 @@ func (u *unusedCounter) backOff() { u.per.backOff(2) }
 // the head's search, $3 the lookahead (from chunk $8 on unless the head's
 // chunk is below $7), from $4 (-1: none) up to the top at most $5 chunks of
 // the tail, if the top is past id $6.
+//
+// The head is looked for in the floor's chunk first, by the scan that
+// counts that chunk (no UNUSED id lies between the floor and the head, so
+// its count from the floor is the head chunk's count); only if the chunk
+// holds none does a second scan look above it (coalesce reads its
+// subquery only then). The head moves a few hundred ids a poll under
+// claims, mostly within one chunk: one scan of the index instead of two,
+// on a partitioned pool one descent of every partition instead of two.
 const sqlUnused = `
-WITH h AS MATERIALIZED (
-    SELECT clock_timestamp() AS t0, (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED' AND id >= $2::bigint) AS head, (SELECT max(id) FROM %[1]s) AS top
+WITH f AS MATERIALIZED (
+    SELECT clock_timestamp() AS t0, min(id) AS m, count(*) AS n FROM %[1]s
+    WHERE status = 'UNUSED' AND id >= $2::bigint AND id < ($2::bigint / nullif($1::bigint, 0) + 1) * $1::bigint
+), h AS MATERIALIZED (
+    SELECT f.t0, f.n AS fn, f.m IS NOT NULL AS found,
+           coalesce(f.m, (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED'
+                          AND id >= coalesce(($2::bigint / nullif($1::bigint, 0) + 1) * $1::bigint, $2::bigint))) AS head,
+           (SELECT max(id) FROM %[1]s) AS top
+    FROM f
 )
 SELECT h.head, h.top, c.k,
-       (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= c.lo AND id < c.hi),
+       coalesce(c.n, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= c.lo AND id < c.hi)),
        h.t0, clock_timestamp()
 FROM h LEFT JOIN LATERAL (
-    SELECT h.head / $1::bigint AS k, h.head AS lo, (h.head / $1::bigint + 1) * $1::bigint AS hi
+    SELECT h.head / $1::bigint AS k, h.head AS lo, (h.head / $1::bigint + 1) * $1::bigint AS hi, CASE WHEN h.found THEN h.fn END AS n
     WHERE $1::bigint > 0 AND h.head IS NOT NULL
     UNION ALL
-    SELECT g.k, g.k * $1::bigint, (g.k + 1) * $1::bigint
+    SELECT g.k, g.k * $1::bigint, (g.k + 1) * $1::bigint, NULL
     FROM generate_series(CASE WHEN h.head / $1::bigint >= $7::bigint THEN greatest(h.head / $1::bigint + 1, $8::bigint)
                               ELSE h.head / $1::bigint + 1 END, h.head / $1::bigint + $3::bigint) AS g(k)
     WHERE $1::bigint > 0
     UNION ALL
-    SELECT g.k, greatest(g.k * $1::bigint, h.head), (g.k + 1) * $1::bigint
+    SELECT g.k, greatest(g.k * $1::bigint, h.head), (g.k + 1) * $1::bigint, NULL
     FROM generate_series(greatest($4::bigint, h.head / $1::bigint + 1), least(h.top / $1::bigint, $4::bigint + $5::bigint)) AS g(k)
     WHERE $1::bigint > 0 AND $4::bigint >= 0 AND h.head IS NOT NULL AND h.top > $6::bigint
 ) AS c ON true`
