@@ -74,8 +74,9 @@ type Config struct {
 	// doubles; past twice that, it halves. Default 400 µs: on a busy server
 	// a statement that needs more CPU than the slice its backend gets on
 	// waking waits behind every runnable process for a second one (under
-	// 16 clients on 2 cores, BenchmarkPollShapes: the ordered pool's poll
-	// 9.9 -> 7.2 ms, the leak's 9.0 -> 8.1 ms, against 1 ms). The table scan
+	// 16 clients on 2 cores, BenchmarkPollShapes with this and the
+	// session's other changes: the ordered pool's poll 9.9 -> 8.5 ms, the
+	// leak's 9.0 -> 7.8 ms, against 1 ms before them). The table scan
 	// keeps at least 1 ms: it is the only count of PENDING there, and its
 	// pace is the age of those figures (at 400 µs the figures took 10 polls
 	// to come within 2%, against 6).
@@ -260,6 +261,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		return nil, err
 	}
 	c.census.byTID = c.t.version >= 140000
+	c.pending.descent = descentCost * int64(max(1, len(c.t.leaves))) // a recount descends every partition's index
 	c.claims.probe(ctx, pool, c.t.name)
 	return c, nil
 }
@@ -481,13 +483,13 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 			return s, fmt.Errorf("poll: %w", err)
 		}
 	}
-	// Three batches on three sessions at once: the UNUSED count on one, the
-	// PENDING count and the UNUSED sweep on another (on 8 partitions the
-	// sweep made the third session's polls the longest; without a PENDING
-	// index the sweep stays with the UNUSED count), the
-	// rest on the third (with a partition's UNUSED count, every few polls:
-	// on the UNUSED session it made that poll's longest burst longer
-	// still). Each backend then has about a
+	// Three batches on three sessions at once: the UNUSED count on one;
+	// the PENDING count and the UNUSED sweep on another (on 8 partitions
+	// the sweep made the third session's polls the longest; without a
+	// PENDING index the table scan is the heaviest, and the sweep stays
+	// with the UNUSED count); the rest on the third, with a partition's
+	// UNUSED count every few polls (on the UNUSED session it made that
+	// poll's longest burst longer still). Each backend then has about a
 	// third of the poll's work, which on a busy server fits in the time
 	// slice it gets on waking instead of waiting behind every runnable
 	// process for a second one. (A fourth session, counting half the
@@ -497,9 +499,9 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	b, ub, pb := &pgx.Batch{}, &pgx.Batch{}, &pgx.Batch{}
 	c.queueServer(b, &s)
 	uq := c.unused.plan(start)
-	sweep := pb // with the PENDING count, the lighter statement …
+	sweep := pb
 	if !c.byIndex() {
-		sweep = ub // … but for the table scan, the heaviest
+		sweep = ub
 	}
 	uq.queue(ub, sweep, c.t.qualified, c.unused.width)
 	pqs := c.queueParts(b, start)
@@ -507,7 +509,6 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	var pq *pendingQuery
 	var cq *censusQuery
 	if c.byIndex() {
-		c.pending.descent = descentCost * int64(max(1, len(c.t.leaves)))
 		pq = c.pending.plan(start, a.ExpiredAfter, c.cfg.StuckAfter)
 		pq.queue(pb, c.t.qualified, c.t.pendingIndex, c.t.hasUpdated, c.pending.slices)
 	} else {

@@ -338,7 +338,8 @@ func (q *pendingQuery) queue(b *pgx.Batch, table, index string, hasUpdated bool,
 	// The parts this poll does not ask for are left out of the text, not
 	// switched off by a parameter: a subquery on the pool is started at
 	// every execution whether it runs or not, on a partitioned pool a scan
-	// of every partition. (A constant row keeps the columns; the two cuts
+	// of every partition. (In its place a constant, 0 or a NULL row, which
+	// absorb does not read when the part was not asked for; the two cuts
 	// stay referenced, so that their parameters keep a type.)
 	forever := fmt.Sprintf(`(SELECT count(*) FROM %s WHERE status = 'PENDING' AND leased_until = 'infinity')`, table)
 	if !q.askForever {
