@@ -32,7 +32,7 @@ func TestChaosOnAPartitionedPool(t *testing.T) {
 	}
 	// bench's one-shot run on the same layout (a smoke run, not a measure).
 	b := pooltop(t, append([]string{"bench", "--strategies", "skip-locked,batched", "--workers", "2", "--duration", "1s", "--warmup", "0s",
-		"--pool-size", "5000", "--no-pgbench", "--batch", "10", "--json", "--partitions", "4"}, db...)...).must(t)
+		"--pool-size", "100000", "--no-pgbench", "--batch", "10", "--json", "--partitions", "4"}, db...)...).must(t)
 	if !strings.Contains(b.stdout, `"acquires_per_s"`) || !strings.Contains(b.stderr, "4 partitions") {
 		t.Fatalf("bench on partitions: %s %s", b.stdout, b.stderr)
 	}
