@@ -152,6 +152,7 @@ type target struct {
 	hasLeased    bool // leased_until column
 	hasUpdated   bool // updated_at column
 	hasHolder    bool // holder column
+	idIndex      bool // an index whose first column is id, not partial: the rows are counted through it
 	unusedIndex  string
 	pendingIndex string
 	version      int  // server_version_num
@@ -168,6 +169,7 @@ type Collector struct {
 	t    target
 
 	unused  unusedCounter
+	total   totalCounter
 	pending pendingCounter
 	census  census
 	holders holderSample
@@ -418,6 +420,11 @@ FROM pg_index i WHERE i.indrelid = $1 AND i.indpred IS NOT NULL AND i.indisvalid
 		}
 	}
 	rows.Close()
+	if err := c.pool.QueryRow(ctx, `
+SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+               WHERE i.indrelid = $1 AND i.indpred IS NULL AND i.indisvalid AND a.attname = 'id')`, t.oid).Scan(&t.idIndex); err != nil {
+		return err
+	}
 	var ledger *uint32
 	if err := c.pool.QueryRow(ctx, `SELECT to_regclass($1)::oid`, pgx.Identifier{schema, "business_ledger"}.Sanitize()).Scan(&ledger); err != nil {
 		return err
@@ -515,6 +522,11 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		cq = c.census.plan()
 		cq.queue(pb, &c.census, c.t.qualified, c.t.leaves, c.t.hasLeased, c.t.hasUpdated, a.ExpiredAfter, c.cfg.StuckAfter)
 	}
+	var tq *totalQuery
+	if c.t.idIndex {
+		tq = c.total.plan()
+		tq.queue(b, c.t.qualified)
+	}
 	hq := c.holders.plan(c.byIndex() && c.t.hasHolder && c.t.hasLeased)
 	hq.queue(b, c.t.qualified, c.t.hasUpdated)
 	sq := c.claims.plan(start)
@@ -553,6 +565,18 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 			(time.Duration(f.ageS)*time.Second).String(), c.t.qualified))
 	}
 	p := &s.Pool
+	tf := totalFigures{total: s.LiveTuples, estimated: true}
+	if tq != nil {
+		tq.insDel, tq.haveStat, tq.top = deref(s.insDel), s.insDel != nil, uq.top
+		budget := c.cfg.CountBudget / totalShareLater
+		if c.total.passes == 0 {
+			budget = c.cfg.CountBudget / totalShareFirst
+		}
+		tf = c.total.absorb(tq, budget, s.LiveTuples)
+	} else {
+		s.Limits = append(s.Limits, fmt.Sprintf("no index on id: consumed is the statistics' live-tuple count less UNUSED and PENDING, an estimate; CREATE INDEX CONCURRENTLY ON %s (id)", c.t.qualified))
+	}
+	p.Total, p.totalShift = tf.total, tf.shift
 	uf := c.unused.absorb(uq, start, c.cfg.CountBudget, max(p.Total-f.pending, 0))
 	if pq != nil {
 		c.unused.lowerFloor(f.low, f.lowKnown, f.freed)
@@ -576,10 +600,11 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	if c.t.unusedIndex == "" {
 		s.Limits = append(s.Limits, fmt.Sprintf("no partial index on UNUSED rows: UNUSED is counted through the primary key, slowly; claims need it too: CREATE INDEX CONCURRENTLY ON %s (id) WHERE status = 'UNUSED'", c.t.qualified))
 	}
-	// CONSUMED is what remains of the live-tuple count, itself an estimate
-	// kept by the statistics system.
+	// CONSUMED is what the other two leave of the rows (see totalCounter).
 	p.Consumed = max(0, p.Total-p.Unused-p.Pending)
-	p.Estimated = append(p.Estimated, "consumed")
+	if tf.estimated || uf.estimated || f.estimated {
+		p.Estimated = append(p.Estimated, "consumed")
+	}
 	s.PollMS = float64(time.Since(start).Microseconds()) / 1000
 	if c.cfg.Workload != nil {
 		if _, err := c.cfg.Workload.RefreshLeaked(ctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -602,10 +627,22 @@ func (c *Collector) backOff() {
 	c.pending.backOff()
 	c.census.backOff()
 	c.unused.backOff()
+	c.total.backOff()
 	for i := range c.parts.counters {
 		c.parts.counters[i].backOff()
 	}
 }
+
+// The pass that counts the pool's rows takes a share of the count budget:
+// a half for the first pass (on 10 M rows about 2,000 polls, during which
+// the rows not yet read are taken as dense as those read), an eighth for
+// the passes that check it (on ten million rows, a pass every few hours).
+// At the full budget, on the main session, it took the median poll of 8
+// partitions under 16 clients from 9.0 to 10.8 ms.
+const (
+	totalShareFirst = 2
+	totalShareLater = 8
+)
 
 // censusBudget is the least budget of the table scan without a PENDING
 // index (see Config.CountBudget).
@@ -798,7 +835,7 @@ func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
 		var wlive, wdead *int64
 		var lwn *int32
 		var lwtop *string
-		if err := row.Scan(&live, &dead, &autovac, &s.LastAutovacuum, &phase, &total, &scanned, &vacuumed,
+		if err := row.Scan(&live, &dead, &autovac, &s.LastAutovacuum, &s.insDel, &phase, &total, &scanned, &vacuumed,
 			&xpid, &xapp, &xstate, &xage, &xs, &s.Connections, &s.MaxConnections, &waits, &worst, &wlive, &wdead, &lwn, &lwtop); err != nil {
 			return fmt.Errorf("server statistics: %w", err)
 		}

@@ -53,7 +53,7 @@ WITH a AS MATERIALIZED (
 ), ws AS (
     SELECT pid, min(waitstart) AS waitstart FROM l WHERE NOT granted GROUP BY pid
 )
-SELECT st.live, st.dead, st.autovac, st.last,
+SELECT st.live, st.dead, st.autovac, st.last, st.insdel,
        v.phase, v.heap_blks_total, v.heap_blks_scanned, v.heap_blks_vacuumed,
        x.pid, x.app, x.state, x.age, x.xact_s,
        (SELECT count(*) FROM a WHERE backend_type = 'client backend'),
@@ -70,7 +70,8 @@ SELECT st.live, st.dead, st.autovac, st.last,
        w.o, w.live, w.dead,
        lw.n, lw.top
 FROM (SELECT sum(pg_stat_get_live_tuples(o))::bigint AS live, sum(pg_stat_get_dead_tuples(o))::bigint AS dead,
-             sum(pg_stat_get_autovacuum_count(o))::bigint AS autovac, max(pg_stat_get_last_autovacuum_time(o)) AS last
+             sum(pg_stat_get_autovacuum_count(o))::bigint AS autovac, max(pg_stat_get_last_autovacuum_time(o)) AS last,
+             sum(pg_stat_get_tuples_inserted(o) - pg_stat_get_tuples_deleted(o))::bigint AS insdel
       FROM unnest($2::oid[]) AS o) AS st
 LEFT JOIN (SELECT phase, heap_blks_total, heap_blks_scanned, heap_blks_vacuumed
            FROM pg_stat_progress_vacuum WHERE relid = ANY($2::oid[]) LIMIT 1) AS v ON true

@@ -89,7 +89,8 @@ func (c *Collector) record(s *Snapshot, gen int) {
 				}
 				return float64(now-before) / dt, true
 			}
-			if r, ok := rate(cur.consumed, p.consumed); ok {
+			// A correction of the pool's rows is no consumption.
+			if r, ok := rate(cur.consumed-s.Pool.totalShift, p.consumed); ok {
 				s.ConsumedPerS = r
 			}
 			// Net decline of UNUSED, from what was counted in both polls.
@@ -313,6 +314,7 @@ func (c *Collector) startPoll() int {
 	defer c.mu.Unlock()
 	if c.rebuilt {
 		c.unused = unusedCounter{reanchor: c.unused.reanchor}
+		c.total = totalCounter{}
 		c.pending = pendingCounter{}
 		c.census = census{byTID: c.census.byTID}
 		c.holders = holderSample{}

@@ -33,6 +33,9 @@ type Pool struct {
 	// so that an estimate being corrected never reads as a burn.
 	unusedDelta int64
 	haveDelta   bool
+	// totalShift is the part of the change in Total since the previous
+	// poll that corrects the figure (see totalFigures).
+	totalShift int64
 }
 
 // Waiter is a session waiting on a lock, with who blocks it.
@@ -138,6 +141,8 @@ type Snapshot struct {
 	AutovacuumCount int64           `json:"autovacuum_count"`
 	LastAutovacuum  *time.Time      `json:"last_autovacuum"`
 	Vacuum          *VacuumProgress `json:"vacuum"`
+	// insDel: the statistics' rows inserted less rows deleted, cumulative.
+	insDel *int64
 	// WorstPartition, on a partitioned pool (whose figures above are sums
 	// over its partitions), is the partition with the highest dead ratio.
 	WorstPartition *PartitionDead `json:"worst_partition,omitempty"`
