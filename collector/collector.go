@@ -396,13 +396,14 @@ JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace
 	if !can {
 		return fmt.Errorf("this role has no SELECT on %s.%s: grant it (GRANT SELECT ON %s TO …)", schema, table, t.qualified)
 	}
-	// Partial indexes the fast paths rely on: on id for UNUSED rows, on
-	// leased_until for PENDING rows (the one the claim uses, the one the
-	// reaper needs).
+	// Indexes the fast paths rely on: partial ones on id for UNUSED rows,
+	// on leased_until for PENDING rows (the one the claim uses, the one the
+	// reaper needs), and one on id for all rows (the pool's rows are
+	// counted through it).
 	rows, err = c.pool.Query(ctx, `
-SELECT i.indexrelid::regclass::text, pg_get_expr(i.indpred, i.indrelid),
+SELECT i.indexrelid::regclass::text, coalesce(pg_get_expr(i.indpred, i.indrelid), ''),
        coalesce((SELECT attname FROM pg_attribute WHERE attrelid = i.indrelid AND attnum = i.indkey[0]), '')
-FROM pg_index i WHERE i.indrelid = $1 AND i.indpred IS NOT NULL AND i.indisvalid`, t.oid)
+FROM pg_index i WHERE i.indrelid = $1 AND i.indisvalid`, t.oid)
 	if err != nil {
 		return err
 	}
@@ -413,6 +414,8 @@ FROM pg_index i WHERE i.indrelid = $1 AND i.indpred IS NOT NULL AND i.indisvalid
 			return err
 		}
 		switch {
+		case pred == "" && first == "id":
+			t.idIndex = true
 		case strings.Contains(pred, "'UNUSED'") && first == "id" && t.unusedIndex == "":
 			t.unusedIndex = name
 		case strings.Contains(pred, "'PENDING'") && first == "leased_until" && t.pendingIndex == "":
@@ -420,11 +423,6 @@ FROM pg_index i WHERE i.indrelid = $1 AND i.indpred IS NOT NULL AND i.indisvalid
 		}
 	}
 	rows.Close()
-	if err := c.pool.QueryRow(ctx, `
-SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-               WHERE i.indrelid = $1 AND i.indpred IS NULL AND i.indisvalid AND a.attname = 'id')`, t.oid).Scan(&t.idIndex); err != nil {
-		return err
-	}
 	var ledger *uint32
 	if err := c.pool.QueryRow(ctx, `SELECT to_regclass($1)::oid`, pgx.Identifier{schema, "business_ledger"}.Sanitize()).Scan(&ledger); err != nil {
 		return err
@@ -568,11 +566,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	tf := totalFigures{total: s.LiveTuples, estimated: true}
 	if tq != nil {
 		tq.insDel, tq.haveStat, tq.top = deref(s.insDel), s.insDel != nil, uq.top
-		budget := c.cfg.CountBudget / totalShareLater
-		if c.total.passes == 0 {
-			budget = c.cfg.CountBudget / totalShareFirst
-		}
-		tf = c.total.absorb(tq, budget, s.LiveTuples)
+		tf = c.total.absorb(tq, c.cfg.CountBudget, s.LiveTuples)
 	} else {
 		s.Limits = append(s.Limits, fmt.Sprintf("no index on id: consumed is the statistics' live-tuple count less UNUSED and PENDING, an estimate; CREATE INDEX CONCURRENTLY ON %s (id)", c.t.qualified))
 	}
@@ -632,17 +626,6 @@ func (c *Collector) backOff() {
 		c.parts.counters[i].backOff()
 	}
 }
-
-// The pass that counts the pool's rows takes a share of the count budget:
-// a half for the first pass (on 10 M rows about 2,000 polls, during which
-// the rows not yet read are taken as dense as those read), an eighth for
-// the passes that check it (on ten million rows, a pass every few hours).
-// At the full budget, on the main session, it took the median poll of 8
-// partitions under 16 clients from 9.0 to 10.8 ms.
-const (
-	totalShareFirst = 2
-	totalShareLater = 8
-)
 
 // censusBudget is the least budget of the table scan without a PENDING
 // index (see Config.CountBudget).

@@ -98,11 +98,28 @@ type totalFigures struct {
 	shift int64
 }
 
+// The pass takes a share of the poll's count budget: a half for the first
+// (on 10 M rows 2,000 to 9,000 polls, during which the rows not yet read
+// are taken as dense as those read), an eighth for the passes that check
+// it (on 10 M rows, a pass every few hours). One run at the full budget,
+// starting at 65,536 ids a poll, read a median poll of 10.8 ms on 8
+// partitions under 16 clients, against 9.0 ms without the pass; runs of
+// that load swing by about 1.5 ms.
+const (
+	totalShareFirst = 2
+	totalShareLater = 8
+)
+
 // absorb takes the slice of q and returns the total. live is the
 // statistics' live-tuple count, the estimate until the first pass has
-// ended. budget paces the pass.
-func (t *totalCounter) absorb(q *totalQuery, budget time.Duration, live int64) totalFigures {
-	t.per.adjust(millis(q.el), millis(budget))
+// ended. countBudget is the poll's (Config.CountBudget), of which the pass
+// takes its share.
+func (t *totalCounter) absorb(q *totalQuery, countBudget time.Duration, live int64) totalFigures {
+	share := int64(totalShareLater)
+	if t.passes == 0 {
+		share = totalShareFirst
+	}
+	t.per.adjust(millis(q.el), millis(countBudget/time.Duration(share)))
 	if q.haveStat && t.exact && q.insDel < t.mark {
 		t.exact = false // the statistics were reset: the figure is the next pass's
 	}
