@@ -43,10 +43,10 @@ const (
 
 // censusQuery is one poll's plan and results.
 type censusQuery struct {
-	lo, hi int64 // ranges [lo, hi) are read
-	got    map[int64]crange
-	rotMS  float64
-	size   int64 // pages (TID) or the highest id, read in the same statement
+	ks    []int64 // the ranges read
+	got   map[int64]crange
+	rotMS float64
+	size  int64 // pages (TID) or the highest id, read in the same statement
 }
 
 func (c *census) plan() *censusQuery {
@@ -58,30 +58,29 @@ func (c *census) plan() *censusQuery {
 		}
 	}
 	if c.ranges <= 0 {
-		return &censusQuery{lo: 0, hi: 1}
-	}
-	if c.cursor >= c.ranges {
-		c.cursor = 0
+		return &censusQuery{ks: []int64{0}}
 	}
 	// Ranges never read go first: the table grew since the pass went by.
 	// Until a range is read the figures scale the others' counts to it,
 	// and the pages a load has just added hold the rows it moved, not the
 	// pool's mix: a 10 M-row pool without a PENDING index read 1,020,951
 	// PENDING ids for 1,000,000 after a 16-client claim load
-	// (BenchmarkPollShapes/hand-built) while the cursor went its way. The
-	// cursor stays where it is.
-	if k, ok := c.firstUnread(); ok && k != c.cursor {
-		return &censusQuery{lo: k, hi: min(k+c.per.n, c.ranges)}
+	// (BenchmarkPollShapes/hand-built) while the cursor went its way. What
+	// the pace leaves goes on with the pass from its cursor (at 0 through
+	// the first pass), so that a table that grows at every poll does not
+	// stop it.
+	q := &censusQuery{}
+	for k := c.read; k < c.ranges && int64(len(q.ks)) < c.per.n; k++ {
+		q.ks = append(q.ks, k)
 	}
-	lo := c.cursor
-	hi := min(lo+c.per.n, c.ranges)
-	c.cursor = hi
-	return &censusQuery{lo: lo, hi: hi}
-}
-
-// firstUnread is the lowest range of the table never read, if any.
-func (c *census) firstUnread() (int64, bool) {
-	return c.read, c.read < c.ranges
+	for left := min(c.per.n, c.ranges) - int64(len(q.ks)); left > 0; left-- {
+		if c.cursor >= c.read {
+			c.cursor = 0
+		}
+		q.ks = append(q.ks, c.cursor)
+		c.cursor++
+	}
+	return q
 }
 
 // queue adds the census statement to the batch. oids are the relations whose
@@ -95,7 +94,7 @@ func (q *censusQuery) queue(b *pgx.Batch, c *census, table string, oids []uint32
 		updated = "NULL::timestamptz"
 	}
 	pred := "ctid >= format('(%s,0)', g.k * $1::bigint)::tid AND ctid < format('(%s,0)', (g.k + 1) * $1::bigint)::tid"
-	size := "(SELECT max(pg_relation_size(o)) / current_setting('block_size')::bigint FROM unnest($6::oid[]) AS o)"
+	size := "(SELECT max(pg_relation_size(o)) / current_setting('block_size')::bigint FROM unnest($5::oid[]) AS o)"
 	if !c.byTID {
 		pred = "id >= g.k * $1::bigint AND id < (g.k + 1) * $1::bigint"
 		size = fmt.Sprintf("(SELECT coalesce(max(id), 0) + 1 FROM %s)", table)
@@ -104,16 +103,16 @@ func (q *censusQuery) queue(b *pgx.Batch, c *census, table string, oids []uint32
 	// threshold, or no lease and unchanged for that long.
 	sql := fmt.Sprintf(`
 SELECT clock_timestamp(), %[5]s, ARRAY(SELECT row(g.k, r.pending, r.expired, r.expired_old, r.stuck, r.oldest)
-    FROM generate_series($2::bigint, $3::bigint - 1) AS g(k) CROSS JOIN LATERAL (
+    FROM unnest($2::bigint[]) AS g(k) CROSS JOIN LATERAL (
         SELECT count(*) FILTER (WHERE status = 'PENDING') AS pending,
                count(*) FILTER (WHERE status = 'PENDING' AND %[2]s < now()) AS expired,
-               count(*) FILTER (WHERE status = 'PENDING' AND %[2]s < now() - $4::bigint * interval '1 microsecond') AS expired_old,
-               count(*) FILTER (WHERE status = 'PENDING' AND (%[2]s < now() - $5::bigint * interval '1 microsecond'
-                                OR (%[2]s IS NULL AND %[3]s < now() - $5::bigint * interval '1 microsecond'))) AS stuck,
+               count(*) FILTER (WHERE status = 'PENDING' AND %[2]s < now() - $3::bigint * interval '1 microsecond') AS expired_old,
+               count(*) FILTER (WHERE status = 'PENDING' AND (%[2]s < now() - $4::bigint * interval '1 microsecond'
+                                OR (%[2]s IS NULL AND %[3]s < now() - $4::bigint * interval '1 microsecond'))) AS stuck,
                min(CASE WHEN %[2]s IS NULL THEN %[3]s ELSE %[2]s END) FILTER (WHERE status = 'PENDING' AND (%[2]s IS NULL OR %[2]s < now())) AS oldest
         FROM %[1]s WHERE %[4]s) AS r ORDER BY g.k),
        clock_timestamp()`, table, leased, updated, pred, size)
-	b.Queue(sql, c.width, q.lo, q.hi, expiredAfter.Microseconds(), stuckAfter.Microseconds(), oids).QueryRow(func(row pgx.Row) error {
+	b.Queue(sql, c.width, q.ks, expiredAfter.Microseconds(), stuckAfter.Microseconds(), oids).QueryRow(func(row pgx.Row) error {
 		var t0, t1 time.Time
 		var rows []censusRow
 		if err := row.Scan(&t0, &q.size, &rows, &t1); err != nil {

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -21,7 +22,7 @@ func TestCensusReadsNewRangesFirst(t *testing.T) {
 	read := func(ranges int64) (*censusQuery, pendingFigures) {
 		q := c.plan()
 		q.size, q.got = ranges*censusPages, map[int64]crange{}
-		for k := q.lo; k < q.hi; k++ {
+		for _, k := range q.ks {
 			q.got[k] = crange{pending: truth(k)}
 		}
 		f := c.absorb(q, now, time.Millisecond)
@@ -40,22 +41,30 @@ func TestCensusReadsNewRangesFirst(t *testing.T) {
 	cursor := c.cursor
 	// The table doubles: ranges 10..19 hold no PENDING row.
 	q, f := read(20)
-	if q.lo != cursor || !f.estimated {
-		t.Fatalf("the poll that sees the growth reads on from the cursor %d (got %d) and scales: %+v", cursor, q.lo, f)
+	if q.ks[0] != cursor || !f.estimated {
+		t.Fatalf("the poll that sees the growth reads on from the cursor %d (got %v) and scales: %+v", cursor, q.ks, f)
 	}
-	for _, lo := range []int64{10, 13, 16, 19} {
+	cursor = c.cursor
+	for _, want := range [][]int64{{10, 11, 12}, {13, 14, 15}, {16, 17, 18}, {19, cursor, cursor + 1}} {
 		q, f = read(20)
-		if q.lo != lo {
-			t.Fatalf("next read starts at range %d, want the first never read, %d", q.lo, lo)
+		if fmt.Sprint(q.ks) != fmt.Sprint(want) {
+			t.Fatalf("read %v, want the ranges never read first, then the pass: %v", q.ks, want)
 		}
 	}
 	if f.pending != 100 || f.estimated {
 		t.Fatalf("with every range read: %+v, want 100 exact", f)
 	}
-	if c.cursor != cursor+3 {
-		t.Fatalf("the cursor moved to %d while new ranges were read, want %d", c.cursor, cursor+3)
+	if q, _ = read(20); q.ks[0] != cursor+2 {
+		t.Fatalf("the pass goes on at %d, got %v", cursor+2, q.ks)
 	}
-	if q, _ = read(20); q.lo != cursor+3 {
-		t.Fatalf("the pass goes on at %d, got %d", cursor+3, q.lo)
+	// A table that grows by a range at every poll: each poll reads the new
+	// one, and the pass goes on with the rest of the pace.
+	for ranges := int64(21); ranges < 30; ranges++ {
+		before := c.cursor
+		q, _ = read(ranges)
+		// (a poll learns the table's size with its counts: the next reads the new range)
+		if (ranges > 21 && q.ks[0] != ranges-2) || c.cursor == before {
+			t.Fatalf("table of %d ranges: read %v, cursor %d after %d: the new range first, then the pass", ranges, q.ks, c.cursor, before)
+		}
 	}
 }
