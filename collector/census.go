@@ -23,6 +23,7 @@ type census struct {
 	ranges int64 // ranges in the table at the last poll
 	counts map[int64]crange
 	read   int64 // ranges [0, read) have all been read
+	grown  int64 // ranges from grown on were added since the first poll and are not all read
 	cursor int64
 	per    pace // ranges read per poll, adapted to the server time it costs
 }
@@ -60,20 +61,20 @@ func (c *census) plan() *censusQuery {
 	if c.ranges <= 0 {
 		return &censusQuery{ks: []int64{0}}
 	}
-	// Ranges never read go first: the table grew since the pass went by.
-	// Until a range is read the figures scale the others' counts to it,
-	// and the pages a load has just added hold the rows it moved, not the
-	// pool's mix: a 10 M-row pool without a PENDING index read 1,020,951
-	// PENDING ids for 1,000,000 after a 16-client claim load
-	// (BenchmarkPollShapes/hand-built) while the cursor went its way. What
-	// the pace leaves goes on with the pass from its cursor (at 0 through
-	// the first pass), so that a table that grows at every poll does not
-	// stop it.
+	// Ranges never read go first, those the table grew by since the first
+	// poll before the rest of the first pass. Until a range is read the
+	// figures scale the others' counts to it, and the pages a load has just
+	// added hold the rows it moved, not the pool's mix: a 10 M-row pool
+	// without a PENDING index read 1,020,951 PENDING ids for 1,000,000
+	// after a 16-client claim load (BenchmarkPollShapes/hand-built) while
+	// the cursor went its way, and 510,834 stuck ids for 500,000 while the
+	// first pass read its way up to them. What the pace leaves goes on with
+	// the pass from its cursor (at 0 through the first pass), so that a
+	// table that grows at every poll does not stop it.
 	q := &censusQuery{}
-	for k := c.read; k < c.ranges && int64(len(q.ks)) < c.per.n; k++ {
-		q.ks = append(q.ks, k)
-	}
-	for left := min(c.per.n, c.ranges) - int64(len(q.ks)); left > 0; left-- {
+	c.unread(q, c.grown, c.ranges)
+	c.unread(q, c.read, c.grown)
+	for left := min(c.per.n-int64(len(q.ks)), c.read); left > 0; left-- {
 		if c.cursor >= c.read {
 			c.cursor = 0
 		}
@@ -81,6 +82,15 @@ func (c *census) plan() *censusQuery {
 		c.cursor++
 	}
 	return q
+}
+
+// unread adds to q the ranges in [lo, hi) never read, up to the pace.
+func (c *census) unread(q *censusQuery, lo, hi int64) {
+	for k := lo; k < hi && int64(len(q.ks)) < c.per.n; k++ {
+		if _, ok := c.counts[k]; !ok {
+			q.ks = append(q.ks, k)
+		}
+	}
 }
 
 // queue adds the census statement to the batch. oids are the relations whose
@@ -150,9 +160,15 @@ func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration
 			delete(c.counts, k)
 		}
 	}
-	c.read = min(c.read, c.ranges)
-	for _, ok := c.counts[c.read]; ok && c.read < c.ranges; _, ok = c.counts[c.read] {
+	if c.grown == 0 {
+		c.grown = c.ranges // the first poll's size
+	}
+	c.read, c.grown = min(c.read, c.ranges), min(c.grown, c.ranges)
+	for c.read < c.ranges && c.counted(c.read) {
 		c.read++
+	}
+	for c.grown < c.ranges && c.counted(c.grown) {
+		c.grown++
 	}
 	var f pendingFigures
 	oldest := now
@@ -182,6 +198,12 @@ func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration
 	budget := millis(countBudget)
 	c.per.adjust(q.rotMS, budget)
 	return f
+}
+
+// counted: range k has been read.
+func (c *census) counted(k int64) bool {
+	_, ok := c.counts[k]
+	return ok
 }
 
 // backOff: the poll failed; the next one reads half as many ranges.

@@ -68,3 +68,32 @@ func TestCensusReadsNewRangesFirst(t *testing.T) {
 		}
 	}
 }
+
+// A table that grows during the first pass: its new ranges are read before
+// the rest of the pass, which the figures scale from the ranges read so far.
+func TestCensusReadsGrowthBeforeTheFirstPassEnds(t *testing.T) {
+	now := time.Now()
+	c := census{byTID: true}
+	read := func(ranges int64) *censusQuery {
+		q := c.plan()
+		q.size, q.got = ranges*censusPages, map[int64]crange{}
+		for _, k := range q.ks {
+			q.got[k] = crange{pending: 10}
+		}
+		c.absorb(q, now, time.Millisecond)
+		c.per = pace{n: 3, lo: 3, hi: 3, step: 1}
+		return q
+	}
+	read(10)      // learns the size: 10 ranges
+	read(10)      // ranges 1..3
+	read(20)      // 4..6; the table has grown to 20
+	q := read(20) // the new ranges first
+	if fmt.Sprint(q.ks) != "[10 11 12]" {
+		t.Fatalf("read %v, want the ranges the table grew by, [10 11 12], before the rest of the first pass", q.ks)
+	}
+	for _, want := range []string{"[13 14 15]", "[16 17 18]", "[19 7 8]", "[9 0 1]"} {
+		if q = read(20); fmt.Sprint(q.ks) != want {
+			t.Fatalf("read %v, want %s", q.ks, want)
+		}
+	}
+}
