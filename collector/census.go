@@ -23,7 +23,8 @@ type census struct {
 	ranges int64 // ranges in the table at the last poll
 	counts map[int64]crange
 	read   int64 // ranges [0, read) have all been read
-	grown  int64 // ranges from grown on were added since the first poll and are not all read
+	size0  int64 // ranges at the first poll: those above were added since
+	grown  int64 // ranges [size0, grown) have all been read
 	cursor int64
 	per    pace // ranges read per poll, adapted to the server time it costs
 }
@@ -73,7 +74,7 @@ func (c *census) plan() *censusQuery {
 	// table that grows at every poll does not stop it.
 	q := &censusQuery{}
 	c.unread(q, c.grown, c.ranges)
-	c.unread(q, c.read, c.grown)
+	c.unread(q, c.read, c.size0)
 	for left := min(c.per.n-int64(len(q.ks)), c.read); left > 0; left-- {
 		if c.cursor >= c.read {
 			c.cursor = 0
@@ -160,10 +161,11 @@ func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration
 			delete(c.counts, k)
 		}
 	}
-	if c.grown == 0 {
-		c.grown = c.ranges // the first poll's size
+	if c.size0 == 0 {
+		c.size0 = c.ranges // the first poll's size
 	}
-	c.read, c.grown = min(c.read, c.ranges), min(c.grown, c.ranges)
+	c.size0 = min(c.size0, c.ranges)
+	c.read, c.grown = min(c.read, c.ranges), max(min(c.grown, c.ranges), c.size0)
 	for c.read < c.ranges && c.counted(c.read) {
 		c.read++
 	}
@@ -172,11 +174,20 @@ func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration
 	}
 	var f pendingFigures
 	oldest := now
-	for _, r := range c.counts {
-		f.pending += r.pending
-		f.expired += r.expired
-		f.expiredOld += r.expiredOld
-		f.stuck += r.stuck
+	// The sums and the ranges read, of the table as it was at the first
+	// poll (0) and of what it grew by (1).
+	var sum [2]crange
+	var n [2]int64
+	for k, r := range c.counts {
+		i := 0
+		if k >= c.size0 {
+			i = 1
+		}
+		sum[i].pending += r.pending
+		sum[i].expired += r.expired
+		sum[i].expiredOld += r.expiredOld
+		sum[i].stuck += r.stuck
+		n[i]++
 		if r.oldest != nil && (f.oldest == nil || r.oldest.Before(*f.oldest)) {
 			t := *r.oldest
 			f.oldest = &t
@@ -185,14 +196,32 @@ func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration
 			oldest = r.at
 		}
 	}
-	if missing := c.ranges - int64(len(c.counts)); missing > 0 && len(c.counts) > 0 {
-		scale := float64(c.ranges) / float64(len(c.counts))
-		f.pending = int64(float64(f.pending) * scale)
-		f.expired = int64(float64(f.expired) * scale)
-		f.expiredOld = int64(float64(f.expiredOld) * scale)
-		f.stuck = int64(float64(f.stuck) * scale)
+	// Ranges not read yet hold what those read in the same part of the
+	// table do: the pages a load added hold the rows it moved, not the
+	// pool's mix (scaled from the first part's, the new ranges read early
+	// took the expired figure of a 10 M-row pool 13% low). The new part
+	// takes the first's mix only while none of it has been read.
+	size, read := [2]int64{c.size0, c.ranges - c.size0}, sum
+	for i := range sum {
+		from := i
+		if n[i] == 0 {
+			from = 1 - i
+		}
+		missing := size[i] - n[i]
+		if missing <= 0 || n[from] == 0 {
+			continue
+		}
+		scale := float64(missing) / float64(n[from])
+		sum[i].pending += int64(float64(read[from].pending) * scale)
+		sum[i].expired += int64(float64(read[from].expired) * scale)
+		sum[i].expiredOld += int64(float64(read[from].expiredOld) * scale)
+		sum[i].stuck += int64(float64(read[from].stuck) * scale)
 		f.estimated = true
 	}
+	f.pending = sum[0].pending + sum[1].pending
+	f.expired = sum[0].expired + sum[1].expired
+	f.expiredOld = sum[0].expiredOld + sum[1].expiredOld
+	f.stuck = sum[0].stuck + sum[1].stuck
 	f.ageS = now.Sub(oldest).Seconds()
 	f.estimated = f.estimated || oldest.Before(now)
 	budget := millis(countBudget)

@@ -74,22 +74,32 @@ func TestCensusReadsNewRangesFirst(t *testing.T) {
 func TestCensusReadsGrowthBeforeTheFirstPassEnds(t *testing.T) {
 	now := time.Now()
 	c := census{byTID: true}
+	var f pendingFigures
 	read := func(ranges int64) *censusQuery {
 		q := c.plan()
 		q.size, q.got = ranges*censusPages, map[int64]crange{}
 		for _, k := range q.ks {
-			q.got[k] = crange{pending: 10}
+			if k < 10 { // 10 PENDING rows in each range of the first 10, none in the new ones
+				q.got[k] = crange{pending: 10, expired: 5}
+			} else {
+				q.got[k] = crange{}
+			}
 		}
-		c.absorb(q, now, time.Millisecond)
+		f = c.absorb(q, now, time.Millisecond)
 		c.per = pace{n: 3, lo: 3, hi: 3, step: 1}
 		return q
 	}
-	read(10)      // learns the size: 10 ranges
-	read(10)      // ranges 1..3
-	read(20)      // 4..6; the table has grown to 20
-	q := read(20) // the new ranges first
+	read(10) // learns the size: 10 ranges
+	read(10) // ranges 1..3
+	read(20) // 4..6; the table has grown to 20
+	q := read(20)
 	if fmt.Sprint(q.ks) != "[10 11 12]" {
 		t.Fatalf("read %v, want the ranges the table grew by, [10 11 12], before the rest of the first pass", q.ks)
+	}
+	// Ranges 7..9 not read yet hold what 0..6 do, ranges 13..19 what 10..12
+	// do (scaled over all that was read: 70 × 20/10 = 140).
+	if f.pending != 100 || f.expired != 50 || !f.estimated {
+		t.Fatalf("figures with ranges 0..6 and 10..12 read: %+v, want 100 pending, 50 expired, estimated", f)
 	}
 	for _, want := range []string{"[13 14 15]", "[16 17 18]", "[19 7 8]", "[9 0 1]"} {
 		if q = read(20); fmt.Sprint(q.ks) != want {
