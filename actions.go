@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
 )
@@ -16,7 +14,7 @@ import (
 // --allow-actions (and in the demo, whose pool is pooltop's own). Each
 // action is written to the event log.
 type actor struct {
-	db  *pgxpool.Pool
+	db  *engine.Pool
 	eng *engine.Engine
 	col *collector.Collector
 }

@@ -20,7 +20,7 @@ func TestActorOnRealSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(col.Close)
-	a := &actor{db: db.Pool, eng: db.Engine, col: col}
+	a := &actor{db: engine.WrapPool(db.Pool), eng: db.Engine, col: col}
 
 	blocker := pgtest.PeerTx(t, ctx, db.Schema)
 	if _, err := blocker.Exec(ctx, "UPDATE resource_pool SET updated_at = now() WHERE id = 1"); err != nil {

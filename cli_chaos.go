@@ -268,7 +268,7 @@ func (o *chaosOptions) runFaults(ctx context.Context, g *globals) error {
 	// writer, a line at a time.
 	errw := &lockedWriter{w: g.stderr}
 	c := &workload.Campaign{Faults: o.kind, Processes: o.procs, Duration: o.duration, Every: o.every, Seed: o.seed, Scenario: o.sc,
-		Pool: d.pool, Crash: d.embedded.Crash, Proxy: proxy,
+		Pool: d.pool.Raw(), Crash: d.embedded.Crash, Proxy: proxy,
 		Spawn: func(name, history string) *exec.Cmd {
 			cmd := exec.Command(bin, "work", "--dsn", workDSN, "--schema", g.schema, "--name", name, "--scenario", o.sc.Name,
 				"--workers", strconv.Itoa(workers), "--heartbeat", "250ms", "--no-reaper", "--json", "--history", history)

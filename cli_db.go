@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/spf13/cobra"
 
 	"github.com/pooltop-dev/pooltop/engine"
@@ -44,7 +44,7 @@ func (g *globals) wantsEmbedded() bool { return g.dsn == "" && g.environmentServ
 // database is an open connection to the pool's database, and the embedded
 // server behind it when pooltop started one.
 type database struct {
-	pool     *pgxpool.Pool
+	pool     *engine.Pool
 	eng      *engine.Engine
 	dsn      string
 	embedded *pgembed.Server
@@ -171,7 +171,9 @@ func (g *globals) checkLoadTarget(ctx context.Context, dsn, appName string) erro
 		return err
 	}
 	cc := pcfg.ConnConfig
-	conn, err := pgx.ConnectConfig(ctx, cc.Copy())
+	// Inspect names its schema: no setting is needed, and with none this
+	// check runs through a pooler as well.
+	conn, err := pgx.ConnectConfig(ctx, engine.PoolerConnConfig(cc))
 	if err != nil {
 		return engine.ConnectError(cc, err)
 	}
@@ -212,12 +214,50 @@ func (g *globals) migrate(ctx context.Context, dsn, from string, o migrations.Op
 	}
 	cc := pcfg.ConnConfig
 	delete(cc.RuntimeParams, "search_path")
+	pooler, err := engine.DetectPooler(ctx, cc)
+	if err != nil {
+		return migrations.Result{}, engine.ConnectError(cc, err)
+	}
+	if pooler != "" {
+		return g.migrateThroughPooler(ctx, cc, pooler, o)
+	}
 	res, err := migrations.Apply(ctx, cc, g.schema, o)
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {
 		return res, engine.ConnectError(cc, err) // one line: refused, wrong password, no such database
 	}
 	return res, err
+}
+
+// migrateThroughPooler is migrate where a pooler sits in front of the
+// server. Migrating needs one session from start to end (an advisory lock,
+// DDL over several transactions, a concurrent index build), which a pooler
+// in transaction mode does not keep: a schema that is up to date passes,
+// anything else is refused with where to run the migration instead.
+func (g *globals) migrateThroughPooler(ctx context.Context, cc *pgx.ConnConfig, pooler string, o migrations.Options) (migrations.Result, error) {
+	conn, err := pgx.ConnectConfig(ctx, engine.PoolerConnConfig(cc))
+	if err != nil {
+		return migrations.Result{}, engine.ConnectError(cc, err)
+	}
+	defer conn.Close(context.Background())
+	st, err := migrations.Inspect(ctx, conn, g.schema)
+	if err != nil {
+		return migrations.Result{}, fmt.Errorf("migrate: %w", err)
+	}
+	steps, adopt, err := migrations.Plan(st, o)
+	if err != nil {
+		return migrations.Result{}, err
+	}
+	res := migrations.Result{Version: st.Version, Adopted: adopt}
+	for _, s := range steps {
+		res.Statements = append(res.Statements, s.SQL)
+	}
+	if len(steps) == 0 || o.DryRun {
+		return res, nil
+	}
+	where := fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)
+	return res, fmt.Errorf("migrate: %s is a connection pooler, not PostgreSQL itself (%s), and schema %s needs migrating, which takes one session from start to end: run `pooltop migrate` against the PostgreSQL server behind it (its own host and port), then use the pooler for everything else: %w",
+		where, pooler, pgx.Identifier{g.schema}.Sanitize(), engine.ErrPooler)
 }
 
 // loadFlags adds the flags of the commands that generate load (bench,

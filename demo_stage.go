@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/termtext"
@@ -21,7 +19,7 @@ import (
 // is its own: the ids leaked or finalized twice before belong to the
 // scenario that made them.
 type stage struct {
-	db  *pgxpool.Pool // the workload's pool, on the demo's schema
+	db  *engine.Pool // the workload's pool, on the demo's schema
 	eng *engine.Engine
 	wl  *workload.Workload
 	col *collector.Collector

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 	"github.com/pooltop-dev/pooltop/workload"
 )
@@ -27,7 +28,7 @@ func TestStagePlaysScenariosOnFreshPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(col.Close)
-	st := &stage{db: db.Pool, eng: db.Engine, wl: wl, col: col, size: 2000, rebuild: true}
+	st := &stage{db: engine.WrapPool(db.Pool), eng: db.Engine, wl: wl, col: col, size: 2000, rebuild: true}
 	drain, err := workload.ScenarioByName("drain")
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +159,7 @@ func TestStageNeverEmptiesAPoolNotItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(col.Close)
-	st := &stage{db: db.Pool, eng: db.Engine, wl: wl, col: col}
+	st := &stage{db: engine.WrapPool(db.Pool), eng: db.Engine, wl: wl, col: col}
 	pgtest.Eventually(t, "a commit", 30*time.Second, func() bool { return wl.Snapshot().Committed > 0 })
 	if err := st.Play(3); err != nil {
 		t.Fatal(err)

@@ -44,7 +44,7 @@ func BenchmarkHourOfPolls(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer col.Close()
-	var m tea.Model = tui.New(tui.Options{Source: col, Knobs: &stage{db: pool, eng: eng, wl: wl, col: col}, Mode: "demo"})
+	var m tea.Model = tui.New(tui.Options{Source: col, Knobs: &stage{db: engine.WrapPool(pool), eng: eng, wl: wl, col: col}, Mode: "demo"})
 	m, _ = m.Update(tea.WindowSizeMsg{Width: 200, Height: 60})
 	poll := m.Init()
 	for i := 0; i < b.N; i++ {

@@ -165,7 +165,7 @@ type target struct {
 // may be read from any goroutine.
 type Collector struct {
 	cfg  Config
-	pool *pgxpool.Pool
+	pool *engine.Pool
 	t    target
 
 	unused  unusedCounter
@@ -225,34 +225,35 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	// out: at a poll a second that is one more round trip per poll. A broken
 	// connection fails one poll instead, which the caller shows and retries.
 	pcfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool { return p.IdleDuration > time.Minute }
-	rp := pcfg.ConnConfig.RuntimeParams
-	rp["application_name"] = "pooltop-collector"
-	rp["statement_timeout"] = "2000"
-	rp["lock_timeout"] = "100"
-	rp["idle_in_transaction_session_timeout"] = "5000"
-	// Watch mode must never write: every transaction of this pool is read-only.
-	rp["default_transaction_read_only"] = "on"
-	// Plan each statement once: custom plans of these catalog and statistics
-	// joins cost more to plan at every bind than they take to run.
-	rp["plan_cache_mode"] = "force_generic_plan"
-	// Never compile these small statements: a plan whose estimated cost
-	// passes jit_above_cost (a generic plan's estimates are rough) would
-	// spend hundreds of milliseconds in LLVM at every execution.
-	rp["jit"] = "off"
-	// Nor start parallel workers: a generic plan may choose a parallel
-	// aggregate for a count that finds nothing, and pay for the workers'
-	// start (milliseconds, and processes on the server) at every poll.
-	rp["max_parallel_workers_per_gather"] = "0"
+	// Watch mode must never write: every transaction of this pool is
+	// read-only. Behind a pooler the settings travel with each statement
+	// (engine.Pool), so this holds per transaction, not per session.
+	settings := []engine.Setting{
+		{Name: "application_name", Value: "pooltop-collector"},
+		{Name: "statement_timeout", Value: "2000"},
+		{Name: "lock_timeout", Value: "100"},
+		{Name: "idle_in_transaction_session_timeout", Value: "5000"},
+		{Name: "default_transaction_read_only", Value: "on"},
+		// Plan each statement once: custom plans of these catalog and
+		// statistics joins cost more to plan at every bind than they take
+		// to run.
+		{Name: "plan_cache_mode", Value: "force_generic_plan"},
+		// Never compile these small statements: a plan whose estimated cost
+		// passes jit_above_cost (a generic plan's estimates are rough) would
+		// spend hundreds of milliseconds in LLVM at every execution.
+		{Name: "jit", Value: "off"},
+		// Nor start parallel workers: a generic plan may choose a parallel
+		// aggregate for a count that finds nothing, and pay for the workers'
+		// start (milliseconds, and processes on the server) at every poll.
+		{Name: "max_parallel_workers_per_gather", Value: "0"},
+	}
 	if pcfg.ConnConfig.ConnectTimeout == 0 {
 		pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	// Every statement names the table with its schema.
+	pool, err := engine.NewPool(ctx, pcfg, engine.PoolOptions{Settings: settings, QualifiedNames: true})
 	if err != nil {
-		return nil, engine.ConnectError(pcfg.ConnConfig, err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, engine.ConnectError(pcfg.ConnConfig, err)
+		return nil, err
 	}
 	c := &Collector{cfg: cfg, pool: pool, series: map[string]*History{}, events: newEventLog(200), alerts: map[string]*alertState{}}
 	for _, s := range allSeries {

@@ -172,5 +172,33 @@ SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1 AND attname = 'lea
 	default:
 		add("fencing", CheckOK, "lease_token and a ledger with a unique request_id", "")
 	}
+	pooler, err := c.pooler(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("doctor: pooler: %w", err)
+	}
+	add("pooler", CheckOK, pooler, "")
 	return out, nil
+}
+
+// poolerChanges is what pooltop does differently through a pooler.
+const poolerChanges = "pooltop sends its settings (read-only for watch, statement and lock timeouts, the schema) inside every transaction, " +
+	"prepares no statement by name, drops a connection instead of sending a cancel request; " +
+	"migrate must run against PostgreSQL itself; lock waits and sessions are the server connections behind the pooler, not pooltop's clients"
+
+// pooler says whether a connection pooler or a proxy sits between pooltop
+// and PostgreSQL: it refused or dropped the startup parameters (the pool is
+// scoped), or the server listens on another port than the one dialled.
+func (c *Collector) pooler(ctx context.Context) (string, error) {
+	if scoped, why := c.pool.Scoped(); scoped {
+		return "connected through a pooler: " + why + "; " + poolerChanges, nil
+	}
+	var port *int32
+	if err := c.pool.QueryRow(ctx, "SELECT inet_server_port()").Scan(&port); err != nil {
+		return "", err
+	}
+	dialled := c.pool.Config().ConnConfig.Port
+	if port != nil && uint16(*port) != dialled {
+		return fmt.Sprintf("a proxy or pooler forwards port %d to the server's %d, passing pooltop's session settings on (session mode): each connection is a session of its own", dialled, *port), nil
+	}
+	return "connected to PostgreSQL itself, no pooler in between", nil
 }

@@ -1,6 +1,10 @@
 package collector
 
-import "time"
+import (
+	"time"
+
+	"github.com/pooltop-dev/pooltop/engine"
+)
 
 // SetReanchor changes how often c looks for the lowest UNUSED id from the
 // start of the index, for a test.
@@ -25,3 +29,6 @@ func SetStatementsLearnEvery(c *Collector, d time.Duration) { c.claims.learnEver
 
 // Sessions returns how many sessions c holds open on the server.
 func Sessions(c *Collector) int32 { return c.pool.Stat().TotalConns() }
+
+// DBPool is the collector's own read-only pool.
+func DBPool(c *Collector) *engine.Pool { return c.pool }

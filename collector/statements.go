@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pooltop-dev/pooltop/engine"
 )
 
 // ClaimStats are the claim statements' figures from pg_stat_statements
@@ -83,7 +83,7 @@ func claimPattern(table string) string {
 
 // probe finds whether pg_stat_statements can be read here; table is the
 // pool table's name, which the claim statements name.
-func (r *claimReader) probe(ctx context.Context, pool *pgxpool.Pool, table string) {
+func (r *claimReader) probe(ctx context.Context, pool *engine.Pool, table string) {
 	r.pattern = claimPattern(table)
 	r.available = pool.QueryRow(ctx, sqlClaimStatements, r.pattern).Scan(nil, nil, nil, nil, nil, nil) == nil
 }

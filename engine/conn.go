@@ -47,13 +47,27 @@ func ValidSchema(s string) error {
 	return nil
 }
 
-// PoolConfig builds a pgxpool configuration from opts without connecting.
+// PoolConfig builds a pgxpool configuration from opts without connecting,
+// with pooltop's settings as startup parameters (a direct connection).
 func PoolConfig(opts ConnOptions) (*pgxpool.Config, error) {
+	cfg, settings, err := poolConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range settings {
+		cfg.ConnConfig.RuntimeParams[s.Name] = s.Value
+	}
+	return cfg, nil
+}
+
+// poolConfig is the configuration of opts without its settings, and the
+// settings apart, for NewPool to place where they survive.
+func poolConfig(opts ConnOptions) (*pgxpool.Config, []Setting, error) {
 	if opts.Schema == "" {
 		opts.Schema = "public"
 	}
 	if err := ValidSchema(opts.Schema); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	opts.AppName = cmp.Or(opts.AppName, "pooltop")
 	if opts.MaxConns <= 0 {
@@ -67,14 +81,15 @@ func PoolConfig(opts ConnOptions) (*pgxpool.Config, error) {
 		if from == "" {
 			from = "--dsn"
 		}
-		return nil, ParseError(opts.DSN, from, err)
+		return nil, nil, ParseError(opts.DSN, from, err)
 	}
 	cfg.MaxConns = opts.MaxConns
-	rp := cfg.ConnConfig.RuntimeParams
-	rp["application_name"] = opts.AppName
-	rp["lock_timeout"] = fmt.Sprint(opts.LockTimeout.Milliseconds())
-	rp["statement_timeout"] = fmt.Sprint(opts.StatementTimeout.Milliseconds())
-	rp["search_path"] = pgx.Identifier{opts.Schema}.Sanitize()
+	settings := []Setting{
+		{"application_name", opts.AppName},
+		{"lock_timeout", fmt.Sprint(opts.LockTimeout.Milliseconds())},
+		{"statement_timeout", fmt.Sprint(opts.StatementTimeout.Milliseconds())},
+		{"search_path", pgx.Identifier{opts.Schema}.Sanitize()},
+	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
@@ -88,7 +103,7 @@ func PoolConfig(opts ConnOptions) (*pgxpool.Config, error) {
 			return &delayedConn{Conn: c, rtt: rtt}, nil
 		}
 	}
-	return cfg, nil
+	return cfg, settings, nil
 }
 
 // delayedConn holds each write back by rtt before it leaves, as if the
@@ -107,20 +122,14 @@ func (c *delayedConn) Write(b []byte) (int, error) {
 
 // Connect opens a pool and checks that the server answers, turning the usual
 // failures (refused, wrong password, no such database) into one clear line.
-func Connect(ctx context.Context, opts ConnOptions) (*pgxpool.Pool, error) {
-	cfg, err := PoolConfig(opts)
+// Behind a pooler that refuses or drops pooltop's startup parameters the
+// pool is scoped (see Pool).
+func Connect(ctx context.Context, opts ConnOptions) (*Pool, error) {
+	cfg, settings, err := poolConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, ConnectError(cfg.ConnConfig, err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, ConnectError(cfg.ConnConfig, err)
-	}
-	return pool, nil
+	return NewPool(ctx, cfg, PoolOptions{Settings: settings})
 }
 
 // ConnectError rewrites a connection failure as "what, why, what to do",

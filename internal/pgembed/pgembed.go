@@ -373,6 +373,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	return s, nil
 }
 
+// ChildCredential is the credential that pgembed runs its children with
+// (nil unless root), for other servers a test starts beside PostgreSQL.
+func ChildCredential() (*syscall.Credential, error) { return childCredential() }
+
 // childCredential returns the unprivileged user to run initdb and postgres
 // as when we are root (PostgreSQL refuses to run as root), or nil.
 func childCredential() (*syscall.Credential, error) {

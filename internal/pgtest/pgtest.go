@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgbouncer"
 	"github.com/pooltop-dev/pooltop/internal/pgembed"
 	"github.com/pooltop-dev/pooltop/migrations"
 )
@@ -165,7 +166,7 @@ func Pool(t testing.TB, schema string, o Options) *pgxpool.Pool {
 		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	return pool
+	return pool.Raw()
 }
 
 // Conn opens one dedicated connection on schema, closed at cleanup. Tests use
@@ -284,4 +285,20 @@ func Eventually(t testing.TB, what string, timeout time.Duration, cond func() bo
 		}
 		<-tick.C
 	}
+}
+
+// Bouncer starts a real PgBouncer in front of the test database, in mode
+// ("transaction" or "session"), stopped at cleanup; ignore lists startup
+// parameters it should accept and drop. It returns the URL that goes through
+// it. A machine without pgbouncer fails the test: CI installs it.
+func Bouncer(t testing.TB, mode string, ignore ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := pgbouncer.Start(ctx, pgbouncer.Options{Server: dsn, Mode: mode, Ignore: ignore})
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(b.Stop)
+	return b.DSN()
 }
