@@ -80,7 +80,8 @@ func TestFleetThroughPgBouncer(t *testing.T) {
 
 	r = pooltop(t, append([]string{"verify", "--json"}, db...)...).must(t)
 	audit := decode[engine.AuditReport](t, r.stdout)
-	if audit.DoubleFinalizations != 0 || audit.ConsumedWithoutEffect != 0 || audit.Total != 20000 || audit.Effects != committed+1 {
+	if audit.DoubleFinalizations != 0 || audit.ConsumedWithoutEffect != 0 || audit.Total != 20000 || audit.Effects != committed+1 ||
+		audit.Pending != 0 || len(audit.Violations) != 0 {
 		t.Fatalf("verify through PgBouncer: %+v (the fleet committed %d, by hand 1)", audit, committed)
 	}
 

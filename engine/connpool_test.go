@@ -154,3 +154,39 @@ func TestScopedReadOnlyThroughPgBouncer(t *testing.T) {
 		t.Fatal("a batch wrote through a read-only scoped pool")
 	}
 }
+
+// A statement cancelled while it waits on a lock, through PgBouncer: the
+// scoped pool drops the connection rather than send a cancel request (on
+// which PgBouncer 1.18 has been seen to crash, "bad client state"), the
+// server's lock wait ends with it, and PgBouncer goes on serving.
+func TestCancelThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	schema := pgtest.MigratedSchema(t)
+	url := pgtest.Bouncer(t, "transaction")
+	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: url, Schema: schema, MaxConns: 4, LockTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := engine.New(pool).Seed(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	peer := pgtest.PeerTx(t, ctx, schema)
+	if _, err := peer.Exec(ctx, "SELECT * FROM resource_pool WHERE id = 1 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		wait, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := pool.Exec(wait, "SELECT * FROM resource_pool WHERE id = 1 FOR UPDATE")
+		stop()
+		if err == nil {
+			t.Fatal("a statement waiting on a held row lock returned without error")
+		}
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM resource_pool").Scan(&n); err != nil || n != 10 {
+			t.Fatalf("PgBouncer after a cancelled statement (%d): %d, %v", i, n, err)
+		}
+	}
+}
