@@ -157,8 +157,9 @@ func TestScopedReadOnlyThroughPgBouncer(t *testing.T) {
 
 // A statement cancelled while it waits on a lock, through PgBouncer: the
 // scoped pool drops the connection rather than send a cancel request (on
-// which PgBouncer 1.18 has been seen to crash, "bad client state"), the
-// server's lock wait ends with it, and PgBouncer goes on serving.
+// which PgBouncer 1.18 has been seen to crash, "bad client state"), and
+// PgBouncer goes on serving. (The server's backend waits on until its
+// lock_timeout or statement_timeout, which the scoped pool sets.)
 func TestCancelThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
