@@ -116,7 +116,8 @@ func (o *benchOptions) validate(g *globals) error {
 
 func (o *benchOptions) run(ctx context.Context, g *globals) error {
 	maxConns := int32(min(slices.Max(o.counts), o.maxConns))
-	d, err := g.open(ctx, openOptions{appName: "pooltop-bench", maxConns: maxConns, write: true, migrate: true, load: true, rtt: o.rtt, partitions: o.partitions})
+	d, err := g.open(ctx, openOptions{appName: "pooltop-bench", maxConns: maxConns, write: true, migrate: true, load: true, rtt: o.rtt, partitions: o.partitions,
+		direct: "it empties the pool with VACUUM and measures pgbench beside pooltop, which need the server"})
 	if err != nil {
 		return err
 	}

@@ -160,7 +160,8 @@ func (o *chaosOptions) run(ctx context.Context, g *globals) error {
 	if o.kind != nil {
 		return o.runFaults(ctx, g)
 	}
-	d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 16, write: true, migrate: true, load: true, partitions: o.partitions})
+	d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 16, write: true, migrate: true, load: true, partitions: o.partitions,
+		direct: "it empties the pool with VACUUM between runs, which needs the server"})
 	if err != nil {
 		return err
 	}

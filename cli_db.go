@@ -80,6 +80,9 @@ type openOptions struct {
 	// partitions: with migrate, create the pool hash-partitioned on id in
 	// this many partitions (0: a plain table).
 	partitions int
+	// direct: the command needs PostgreSQL itself, not a pooler (VACUUM,
+	// pgbench, a server restart), and says so through one.
+	direct string
 }
 
 // open connects to the named server, or starts the embedded one, migrates it
@@ -100,6 +103,11 @@ func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 			d.Close()
 		}
 	}()
+	if o.direct != "" && !embedded {
+		if err := refusePooler(ctx, d.dsn, from, o); err != nil {
+			return nil, err
+		}
+	}
 	if embedded {
 		srv, err := pgembed.Start(ctx, pgembed.Options{Settings: o.settings})
 		if err != nil {
@@ -146,6 +154,26 @@ func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 	}
 	ok = true
 	return d, nil
+}
+
+// refusePooler fails, in one line, a command that cannot run through a
+// connection pooler when dsn reaches one.
+func refusePooler(ctx context.Context, dsn, from string, o openOptions) error {
+	pcfg, err := engine.PoolConfig(engine.ConnOptions{DSN: dsn, From: from, AppName: o.appName})
+	if err != nil {
+		return err
+	}
+	cc := pcfg.ConnConfig
+	pooler, err := engine.DetectPooler(ctx, cc)
+	if err != nil {
+		return engine.ConnectError(cc, err)
+	}
+	if pooler == "" {
+		return nil
+	}
+	where := fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)
+	return fmt.Errorf("%s: %s is a connection pooler, not PostgreSQL itself (%s): %s; point --dsn at the PostgreSQL server behind it: %w",
+		strings.TrimPrefix(o.appName, "pooltop-"), where, pooler, o.direct, engine.ErrPooler)
 }
 
 // environmentServer names the variables that point at a server, or "".

@@ -116,3 +116,19 @@ func TestCommandsThroughPgBouncerSessionMode(t *testing.T) {
 		t.Fatalf("verify through PgBouncer in session mode: %+v", a)
 	}
 }
+
+// bench and chaos need PostgreSQL itself (VACUUM between runs, pgbench):
+// through a pooler they say so in one line, before anything is written.
+func TestLoadCommandsRefusePgBouncer(t *testing.T) {
+	t.Parallel()
+	via := pgtest.Bouncer(t, "transaction")
+	for _, args := range [][]string{
+		{"bench", "--dsn", via, "--duration", "1s"},
+		{"chaos", "--dsn", via, "--duration", "1s"},
+	} {
+		r := pooltop(t, args...)
+		if r.code == 0 || !strings.Contains(r.stderr, "connection pooler") || strings.Count(r.stderr, "\n") != 1 {
+			t.Fatalf("%s through PgBouncer: exit %d, %q; want one line naming the pooler", args[0], r.code, r.stderr)
+		}
+	}
+}
