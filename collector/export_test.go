@@ -25,3 +25,9 @@ func SetStatementsLearnEvery(c *Collector, d time.Duration) { c.claims.learnEver
 
 // Sessions returns how many sessions c holds open on the server.
 func Sessions(c *Collector) int32 { return c.pool.Stat().TotalConns() }
+
+// ServerStatement returns the statement of c's poll that reads the table
+// statistics, the sessions and the lock waits, with its arguments.
+func ServerStatement(c *Collector) (string, []any) {
+	return serverQuery(c.t.version), c.serverArgs()
+}
