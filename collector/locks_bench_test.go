@@ -64,6 +64,10 @@ func BenchmarkPollLockWaiters(b *testing.B) {
 		b.Fatalf("lock_waiters %d, want %d", s.LockWaiters, waiters)
 	}
 	sql, args := collector.ServerStatement(col)
+	// As the collector's sessions run it: one generic plan, no JIT.
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan; SET jit = off; SET max_parallel_workers_per_gather = 0"); err != nil {
+		b.Fatal(err)
+	}
 	var polls, stmts []float64
 	b.ResetTimer()
 	for range b.N {
