@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
@@ -17,6 +20,50 @@ type actor struct {
 	db  *engine.Pool
 	eng *engine.Engine
 	col *collector.Collector
+	// table is the watched pool table (schema, name) the releases act on;
+	// nil: resource_pool on db's search_path (the demo's own pool).
+	table pgx.Identifier
+}
+
+// watchActor opens the actions' connection for the table watch watches
+// (schema.table, as collector.ParseTable reads it): its releases act on that
+// table, named and quoted in every statement, whatever its name.
+func watchActor(ctx context.Context, cfg collector.Config, from string, col *collector.Collector) (*actor, error) {
+	schema, table, err := collector.ParseTable(cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: cfg.DSN, From: from, Schema: schema, AppName: "pooltop-actions", MaxConns: 1})
+	if err != nil {
+		return nil, err
+	}
+	return &actor{db: pool, eng: engine.New(pool), col: col, table: pgx.Identifier{schema, table}}, nil
+}
+
+// releaseColumns are the columns a release writes or reads: without one of
+// them (lease_token above all: the fence that rejects the old holder's late
+// commits) a release is not safe, and is refused.
+var releaseColumns = []string{"status", "holder", "leased_until", "lease_token", "updated_at"}
+
+// checkReleasable refuses, in one line, a release in a table that lacks a
+// column the release needs.
+func (a *actor) checkReleasable(ctx context.Context) error {
+	if a.table == nil {
+		return nil
+	}
+	var missing []string
+	err := a.db.QueryRow(ctx, `
+SELECT coalesce(array_agg(c ORDER BY o), '{}') FROM unnest($2::text[]) WITH ORDINALITY AS w(c, o)
+WHERE NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1::regclass AND attname = w.c AND attnum > 0 AND NOT attisdropped)`,
+		a.table.Sanitize(), releaseColumns).Scan(&missing)
+	if err != nil {
+		return fmt.Errorf("release in %s: read its columns: %w", a.table.Sanitize(), err)
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("release in %s refused: it has no %s column, and a release must free the row and raise its lease_token so the old holder's late commits are rejected: pooltop migrate --allow-writes adds the lease columns to a pooltop pool; free these rows by hand otherwise",
+			a.table.Sanitize(), strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // actionTimeout bounds one action's statement.
@@ -50,7 +97,10 @@ func (a *actor) Terminate(pid int32) error {
 func (a *actor) ReleaseExpired(holder string) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := a.eng.ReleaseHolder(ctx, engine.ReleaseHolderParams{Holder: holder, Expired: true})
+	if err := a.checkReleasable(ctx); err != nil {
+		return 0, err
+	}
+	res, err := a.eng.ReleaseHolder(ctx, engine.ReleaseHolderParams{Holder: holder, Expired: true, Table: a.table})
 	if err != nil {
 		return res.Released, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +83,80 @@ func TestWatchActionsNeedTheDashboardAndADSN(t *testing.T) {
 	r = pooltop(t, "watch", "--allow-actions")
 	if r.code != exitUsage || !strings.Contains(r.stderr, "name the database with --dsn") {
 		t.Fatalf("actions on DATABASE_URL: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// watch --allow-actions --table s.T releases in s.T: the watched table,
+// quoted (its name is not resource_pool, and not lower case), not the
+// schema's resource_pool beside it, which keeps its leases and tokens.
+func TestWatchActorReleasesInTheWatchedTable(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 10, pgtest.Options{MaxConns: 4})
+	pending := `UPDATE %s SET status = 'PENDING', holder = 'pod-7', leased_until = now() - interval '1 minute', lease_token = lease_token + 4 WHERE id <= 5`
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE "Pool_B" (LIKE resource_pool INCLUDING ALL);
+INSERT INTO "Pool_B" SELECT * FROM resource_pool;`); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{`resource_pool`, `"Pool_B"`} {
+		if _, err := db.Pool.Exec(ctx, fmt.Sprintf(pending, table)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := collector.Config{DSN: pgtest.DSN(), Table: db.Schema + ".Pool_B"}
+	col, err := collector.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	a, err := watchActor(ctx, cfg, "--dsn", col)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.db.Close)
+	n, err := a.ReleaseExpired("pod-7")
+	if err != nil || n != 5 {
+		t.Fatalf("release: %d %v, want 5", n, err)
+	}
+	state := func(table string) (pending, tokens int64) {
+		t.Helper()
+		if err := db.Pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE status = 'PENDING'), sum(lease_token) FILTER (WHERE id <= 5) FROM "+table).Scan(&pending, &tokens); err != nil {
+			t.Fatal(err)
+		}
+		return pending, tokens
+	}
+	if p, tok := state(`"Pool_B"`); p != 0 || tok != 5*5 {
+		t.Fatalf("the watched table: %d PENDING, tokens %d: want 0 and 25 (each raised from 4 to 5)", p, tok)
+	}
+	if p, tok := state(`resource_pool`); p != 5 || tok != 5*4 {
+		t.Fatalf("the other table: %d PENDING, tokens %d: want it untouched (5, 20)", p, tok)
+	}
+}
+
+// A release in a watched table without a lease_token column (nothing would
+// fence the old holder's late commits) is refused in one line, and changes
+// nothing.
+func TestWatchActorRefusesATableWithoutTheFence(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 10, pgtest.Options{MaxConns: 4})
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE bare (id bigint PRIMARY KEY, status text NOT NULL, holder text, leased_until timestamptz, updated_at timestamptz);
+INSERT INTO bare SELECT g, 'PENDING', 'pod-7', now() - interval '1 minute', now() FROM generate_series(1, 5) AS g;`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := collector.Config{DSN: pgtest.DSN(), Table: db.Schema + ".bare"}
+	col, err := collector.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	a, err := watchActor(ctx, cfg, "--dsn", col)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.db.Close)
+	n, err := a.ReleaseExpired("pod-7")
+	if err == nil || n != 0 || !strings.Contains(err.Error(), "refused: it has no lease_token column") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("release in a table without lease_token: %d %v", n, err)
+	}
+	var p int
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM bare WHERE status = 'PENDING'").Scan(&p); err != nil || p != 5 {
+		t.Fatalf("bare: %d PENDING (%v), want 5", p, err)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pooltop-dev/pooltop/collector"
-	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/tui"
 )
 
@@ -192,13 +191,12 @@ func (o *watchOptions) run(ctx context.Context, g *globals) error {
 	}
 	opts := tui.Options{Source: src, Mode: "watch", Interval: o.interval, Color: useColor()}
 	if o.actions {
-		schema, _, _ := collector.ParseTable(o.cfg.Table)
-		pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: o.cfg.DSN, From: g.dsnFrom(), Schema: schema, AppName: "pooltop-actions", MaxConns: 1})
+		a, err := watchActor(ctx, o.cfg, g.dsnFrom(), col)
 		if err != nil {
 			return err
 		}
-		defer pool.Close()
-		opts.Actions = &actor{db: pool, eng: engine.New(pool), col: col}
+		defer a.db.Close()
+		opts.Actions = a
 	}
 	return tui.Run(ctx, opts)
 }

@@ -791,22 +791,7 @@ func locks(rows []lockRow, s *Snapshot) {
 // holding back the xmin horizon, the connection count and the lock waits in
 // one statement.
 func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
-	rels := []uint32{c.t.oid}
-	if c.t.partitioned {
-		rels = append(rels, c.t.leaves...)
-	}
-	if c.t.ledgerOID != 0 {
-		rels = append(rels, c.t.ledgerOID)
-	}
-	// One pass over pg_stat_activity serves the connection count, the xmin
-	// holder and the lock waits. pg_locks takes every lock-manager partition
-	// lock to read the lock table, in the workers' way: it is read only while
-	// some session waits on a lock.
-	names := []string{c.t.name}
-	if c.t.partitioned {
-		names = append(names, c.t.leafNames...)
-	}
-	b.Queue(serverQuery(c.t.version), rels, c.t.leaves, c.t.partitioned, names).QueryRow(func(row pgx.Row) error {
+	b.Queue(serverQuery(c.t.version), c.serverArgs()...).QueryRow(func(row pgx.Row) error {
 		var live, dead, autovac *int64
 		var phase *string
 		var total, scanned, vacuumed *int64
@@ -864,6 +849,27 @@ func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
 		}
 		return nil
 	})
+}
+
+// serverArgs are the arguments of the server statement (see
+// sqlServerTemplate).
+func (c *Collector) serverArgs() []any {
+	rels := []uint32{c.t.oid}
+	if c.t.partitioned {
+		rels = append(rels, c.t.leaves...)
+	}
+	if c.t.ledgerOID != 0 {
+		rels = append(rels, c.t.ledgerOID)
+	}
+	// One pass over pg_stat_activity serves the connection count, the xmin
+	// holder and the lock waits. pg_locks takes every lock-manager partition
+	// lock to read the lock table, in the workers' way: it is read only while
+	// some session waits on a lock.
+	names := []string{c.t.name}
+	if c.t.partitioned {
+		names = append(names, c.t.leafNames...)
+	}
+	return []any{rels, c.t.leaves, c.t.partitioned, names}
 }
 
 func deref(p *int64) int64 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,7 +33,9 @@ const (
 // autovacuum and dead tuples, the xmin horizon, connections, claims that
 // lock without SKIP LOCKED (where pg_stat_statements is readable), and the
 // fencing columns and ledger. It only reads; its counts go through the
-// PENDING index where there is one, and are the cost of the PENDING rows.
+// PENDING index where there is one, and are the cost of the PENDING rows;
+// without it they are read from the table, whole only when it is small,
+// else from a sample of its pages (see doctorPending).
 // Dead tuples, the xmin holder and connections are a poll's: s, the latest
 // snapshot of this collector (the caller polls; Doctor does not, so it may
 // run beside the dashboard's polls).
@@ -61,34 +64,29 @@ func (c *Collector) Doctor(ctx context.Context, s Snapshot) ([]Check, error) {
 	}
 
 	if t.hasLeased {
-		var pending, unleased, expiredOld int64
-		var longest *float64
-		err := c.pool.QueryRow(ctx, fmt.Sprintf(`
-SELECT count(*), count(*) FILTER (WHERE leased_until IS NULL),
-       count(*) FILTER (WHERE leased_until < clock_timestamp() - $1::bigint * interval '1 microsecond'),
-       extract(epoch FROM max(leased_until) FILTER (WHERE isfinite(leased_until)) - clock_timestamp())::float8
-FROM %s WHERE status = 'PENDING'`, q), c.cfg.Alerts.ExpiredAfter.Microseconds()).Scan(&pending, &unleased, &expiredOld, &longest)
+		f, err := c.doctorPending(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("doctor: PENDING rows: %w", err)
 		}
+		pending, unleased, expiredOld, longest := f.pending, f.unleased, f.expiredOld, f.longest
 		if unleased > 0 {
-			add("unleased_pending", CheckFail, fmt.Sprintf("%d of %d PENDING rows have no lease (leased_until IS NULL): no reaper will ever free them", unleased, pending),
+			add("unleased_pending", CheckFail, fmt.Sprintf("%s of %s PENDING rows have no lease (leased_until IS NULL): no reaper will ever free them%s", f.fig(unleased), f.fig(pending), f.note()),
 				fmt.Sprintf("claim with a lease; free these with UPDATE %s SET status = 'UNUSED', holder = NULL, lease_token = lease_token + 1 WHERE status = 'PENDING' AND leased_until IS NULL (after checking their holders are gone: pooltop lease list)", q))
 		} else {
-			add("unleased_pending", CheckOK, fmt.Sprintf("every one of %d PENDING rows has a lease", pending), "")
+			add("unleased_pending", CheckOK, fmt.Sprintf("every one of %s PENDING rows has a lease%s", f.fig(pending), f.note()), "")
 		}
 		switch {
 		case longest != nil && *longest > 3600:
 			add("lease_length", CheckWarn, fmt.Sprintf("a lease runs %.0f s more: a worker that dies holds its ids that long", *longest),
 				"lease for about the time the work takes and renew while it runs")
 		default:
-			add("lease_length", CheckOK, "no lease runs more than an hour ahead", "")
+			add("lease_length", CheckOK, "no lease runs more than an hour ahead"+f.note(), "")
 		}
 		if expiredOld > 0 {
-			add("reaper_lag", CheckFail, fmt.Sprintf("%d leases expired more than %v ago are still PENDING", expiredOld, c.cfg.Alerts.ExpiredAfter),
+			add("reaper_lag", CheckFail, fmt.Sprintf("%s leases expired more than %v ago are still PENDING%s", f.fig(expiredOld), c.cfg.Alerts.ExpiredAfter, f.note()),
 				"the reaper is down, blocked or too slow: start it, raise its batch (pooltop lease reap frees them once)")
 		} else {
-			add("reaper_lag", CheckOK, "no lease waits for the reaper", "")
+			add("reaper_lag", CheckOK, "no lease waits for the reaper"+f.note(), "")
 		}
 	} else {
 		add("unleased_pending", CheckFail, "no leased_until column: a worker that dies keeps its ids for good",
@@ -201,4 +199,73 @@ func (c *Collector) pooler(ctx context.Context) (string, error) {
 		return fmt.Sprintf("a proxy or pooler forwards port %d to the server's %d, passing pooltop's session settings on (session mode): each connection is a session of its own", dialled, *port), nil
 	}
 	return "connected to PostgreSQL itself, no pooler in between", nil
+}
+
+// Without a PENDING index the doctor's PENDING figures come from the table
+// itself: read whole up to doctorExactPages (8 MB, a few tens of
+// milliseconds), past that from a TABLESAMPLE SYSTEM of about
+// doctorSamplePages pages scaled up to the table. The doctor runs on the
+// pools that lack the index, and a scan of the whole of a large one costs
+// about a second per 10 M rows: past a few tens of millions it would pass
+// the collector's statement timeout and the doctor would report nothing.
+const (
+	doctorExactPages  = 1024
+	doctorSamplePages = 1024
+)
+
+// doctorFigures are the doctor's PENDING figures; sample is the fraction of
+// the table's pages they were read from (1: counted exactly).
+type doctorFigures struct {
+	pending, unleased, expiredOld int64
+	longest                       *float64
+	sample                        float64
+	pages                         int64
+}
+
+// fig is a count as the evidence shows it: "~" marks an estimate.
+func (f doctorFigures) fig(n int64) string {
+	if f.sample < 1 {
+		return fmt.Sprintf("~%d", n)
+	}
+	return fmt.Sprint(n)
+}
+
+// note says where estimated figures come from ("" for exact ones).
+func (f doctorFigures) note() string {
+	if f.sample >= 1 {
+		return ""
+	}
+	return fmt.Sprintf(" (estimated from a sample of %.2g%% of the table's %d pages: there is no PENDING index to count them by)", 100*f.sample, f.pages)
+}
+
+// doctorPending reads the PENDING figures: exactly through the PENDING
+// index or on a small table, else from a sample of pages. The table's size
+// is read from its files (pg_relation_size), not from statistics a table
+// never analysed does not have.
+func (c *Collector) doctorPending(ctx context.Context) (doctorFigures, error) {
+	t := &c.t
+	f := doctorFigures{sample: 1}
+	from := t.qualified
+	if t.pendingIndex == "" {
+		err := c.pool.QueryRow(ctx, `SELECT coalesce(sum(pg_relation_size(o)), 0)::bigint / current_setting('block_size')::bigint FROM unnest($1::oid[]) AS o`, t.leaves).Scan(&f.pages)
+		if err != nil {
+			return f, err
+		}
+		if f.pages > doctorExactPages {
+			f.sample = float64(doctorSamplePages) / float64(f.pages)
+			from += fmt.Sprintf(" TABLESAMPLE SYSTEM (%g)", 100*f.sample)
+		}
+	}
+	var pending, unleased, expiredOld int64
+	err := c.pool.QueryRow(ctx, fmt.Sprintf(`
+SELECT count(*), count(*) FILTER (WHERE leased_until IS NULL),
+       count(*) FILTER (WHERE leased_until < clock_timestamp() - $1::bigint * interval '1 microsecond'),
+       extract(epoch FROM max(leased_until) FILTER (WHERE isfinite(leased_until)) - clock_timestamp())::float8
+FROM %s WHERE status = 'PENDING'`, from), c.cfg.Alerts.ExpiredAfter.Microseconds()).Scan(&pending, &unleased, &expiredOld, &f.longest)
+	if err != nil {
+		return f, err
+	}
+	scale := func(n int64) int64 { return int64(math.Round(float64(n) / f.sample)) }
+	f.pending, f.unleased, f.expiredOld = scale(pending), scale(unleased), scale(expiredOld)
+	return f, nil
 }

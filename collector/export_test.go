@@ -32,3 +32,9 @@ func Sessions(c *Collector) int32 { return c.pool.Stat().TotalConns() }
 
 // DBPool is the collector's own read-only pool.
 func DBPool(c *Collector) *engine.Pool { return c.pool }
+
+// ServerStatement returns the statement of c's poll that reads the table
+// statistics, the sessions and the lock waits, with its arguments.
+func ServerStatement(c *Collector) (string, []any) {
+	return serverQuery(c.t.version), c.serverArgs()
+}

@@ -13,11 +13,20 @@ import "fmt"
 // running vacuum, the session holding back the xmin horizon, the
 // connection count and the lock waits, from PostgreSQL 14 on: pg_locks
 // tells since when a lock is waited for (waitstart).
-var sqlServer14 = fmt.Sprintf(sqlServerTemplate, "waitstart")
+var sqlServer14 = fmt.Sprintf(sqlServerTemplate, "waitstart", blockingPIDsWaiters, "waitstart")
 
 // sqlServer12 is sqlServer14 for PostgreSQL 12 and 13, whose pg_locks has
 // no waitstart: the wait is timed from the session's last state change.
-var sqlServer12 = fmt.Sprintf(sqlServerTemplate, "NULL::timestamptz")
+var sqlServer12 = fmt.Sprintf(sqlServerTemplate, "NULL::timestamptz", blockingPIDsWaiters, "(SELECT a.state_change FROM a WHERE a.pid = ws.pid)")
+
+// blockingPIDsWaiters is how many of the pool's lock waiters, the longest
+// waiting first, are asked pg_blocking_pids: each call takes every
+// lock-manager partition lock again, and an incident may have hundreds of
+// waiters. The others' blockers are read from the same pass over pg_locks:
+// the sessions holding a granted lock on what they wait for, in a mode that
+// conflicts with theirs (the hard blockers; pg_blocking_pids also names
+// the sessions queued ahead in a conflicting mode).
+const blockingPIDsWaiters = 10
 
 // serverQuery picks the server statement for a server_version_num.
 func serverQuery(version int) string {
@@ -32,6 +41,19 @@ func serverQuery(version int) string {
 // (the table or its partitions), $3 whether to name the worst partition,
 // $4 the names of the table and its partitions.
 //
+// The lock waits are the pool's: sessions waiting on a heavyweight lock
+// that hold or await a lock on a relation of $1 (a session waiting on a
+// row of the pool holds its lock on the table while it waits on the
+// holder's transaction id, or on the row's tuple lock, which names the
+// table). pg_locks is read, once, only while a session of this database
+// waits on a lock: a waiter in another database cannot be the pool's.
+// The longest waiting blockingPIDsWaiters of the pool's waiters are asked
+// pg_blocking_pids; the others' blockers come from that one read (hb).
+// The CTEs' sizes are unknown to the planner, so membership is tested as
+// (pid IN (…)) IS TRUE, which stays a hashed lookup instead of a join it
+// might plan as a nested loop, and hb joins on hashable keys (coalesced:
+// a lock tag's unused fields are null), the rest of the tag compared after.
+//
 // The LWLock figures count the client backends (not this one) that wait on
 // an LWLock (wait_event_type = 'LWLock': a page's buffer_content latch, the
 // WAL insert locks, the lock manager's partitions…) at the moment of the
@@ -45,13 +67,47 @@ func serverQuery(version int) string {
 const sqlServerTemplate = `
 WITH a AS MATERIALIZED (
     SELECT pid, backend_type, application_name, usename, state, backend_xmin, xact_start,
-           wait_event_type, wait_event, state_change, query
+           wait_event_type, wait_event, state_change, query, datname
     FROM pg_stat_activity
 ), l AS MATERIALIZED (
-    SELECT pid, relation, granted, %s AS waitstart FROM pg_locks
-    WHERE pid IS NOT NULL AND EXISTS (SELECT 1 FROM a WHERE wait_event_type = 'Lock')
-), ws AS (
-    SELECT pid, min(waitstart) AS waitstart FROM l WHERE NOT granted GROUP BY pid
+    SELECT pid, locktype, database, relation, page, tuple, virtualxid, transactionid, classid, objid, objsubid,
+           mode, granted, %[1]s AS waitstart
+    FROM pg_locks
+    WHERE pid IS NOT NULL AND EXISTS (SELECT 1 FROM a WHERE wait_event_type = 'Lock' AND datname = current_database())
+), p AS MATERIALIZED (
+    SELECT DISTINCT pid FROM l WHERE relation = ANY($1::oid[])
+), wl AS MATERIALIZED (
+    SELECT * FROM l WHERE NOT granted AND (pid IN (SELECT pid FROM p)) IS TRUE
+), ws AS MATERIALIZED (
+    SELECT pid, min(waitstart) AS waitstart FROM wl GROUP BY pid
+), top AS (
+    SELECT pid FROM ws ORDER BY %[3]s, pid LIMIT %[2]d
+), w AS MATERIALIZED (
+    SELECT * FROM wl WHERE pid NOT IN (SELECT pid FROM top)
+), hb AS (
+    SELECT w.pid, array_agg(DISTINCT h.pid ORDER BY h.pid) AS pids
+    FROM w JOIN l AS h
+      ON coalesce(h.transactionid, '0') = coalesce(w.transactionid, '0') AND coalesce(h.relation, 0) = coalesce(w.relation, 0)
+        AND coalesce(h.page, 0) = coalesce(w.page, 0) AND coalesce(h.tuple, 0) = coalesce(w.tuple, 0)
+        AND coalesce(h.objid, 0) = coalesce(w.objid, 0)
+        AND h.pid <> w.pid AND h.locktype IS NOT DISTINCT FROM w.locktype
+        AND h.database IS NOT DISTINCT FROM w.database AND h.page IS NOT DISTINCT FROM w.page
+        AND h.tuple IS NOT DISTINCT FROM w.tuple AND h.virtualxid IS NOT DISTINCT FROM w.virtualxid
+        AND h.classid IS NOT DISTINCT FROM w.classid AND h.objsubid IS NOT DISTINCT FROM w.objsubid
+    WHERE h.granted AND CASE h.locktype WHEN 'relation' THEN h.relation IN (SELECT relation FROM w)
+                                        WHEN 'virtualxid' THEN h.virtualxid IN (SELECT virtualxid FROM w)
+                                        ELSE h.locktype IN (SELECT locktype FROM w) END
+      AND h.mode = ANY (CASE w.mode
+        WHEN 'AccessShareLock' THEN '{AccessExclusiveLock}'::text[]
+        WHEN 'RowShareLock' THEN '{ExclusiveLock,AccessExclusiveLock}'
+        WHEN 'RowExclusiveLock' THEN '{ShareLock,ShareRowExclusiveLock,ExclusiveLock,AccessExclusiveLock}'
+        WHEN 'ShareUpdateExclusiveLock' THEN '{ShareUpdateExclusiveLock,ShareLock,ShareRowExclusiveLock,ExclusiveLock,AccessExclusiveLock}'
+        WHEN 'ShareLock' THEN '{RowExclusiveLock,ShareUpdateExclusiveLock,ShareRowExclusiveLock,ExclusiveLock,AccessExclusiveLock}'
+        WHEN 'ShareRowExclusiveLock' THEN '{RowExclusiveLock,ShareUpdateExclusiveLock,ShareLock,ShareRowExclusiveLock,ExclusiveLock,AccessExclusiveLock}'
+        WHEN 'ExclusiveLock' THEN '{RowShareLock,RowExclusiveLock,ShareUpdateExclusiveLock,ShareLock,ShareRowExclusiveLock,ExclusiveLock,AccessExclusiveLock}'
+        WHEN 'AccessExclusiveLock' THEN '{AccessShareLock,RowShareLock,RowExclusiveLock,ShareUpdateExclusiveLock,ShareLock,ShareRowExclusiveLock,ExclusiveLock,AccessExclusiveLock}'
+    END)
+    GROUP BY w.pid
 )
 SELECT st.live, st.dead, st.autovac, st.last, st.insdel,
        v.phase, v.heap_blks_total, v.heap_blks_scanned, v.heap_blks_vacuumed,
@@ -62,10 +118,12 @@ SELECT st.live, st.dead, st.autovac, st.last, st.insdel,
             'pid', a.pid, 'application_name', coalesce(a.application_name, ''), 'user', coalesce(a.usename::text, ''),
             'state', coalesce(a.state, ''), 'wait_event', coalesce(a.wait_event_type, '') || coalesce(':' || a.wait_event, ''),
             'wait_ms', CASE WHEN a.wait_event_type = 'Lock' THEN extract(epoch FROM clock_timestamp() - coalesce(ws.waitstart, a.state_change)) * 1000 END,
-            'blocked_by', CASE WHEN a.wait_event_type = 'Lock' THEN pg_blocking_pids(a.pid) END,
+            'blocked_by', CASE WHEN a.wait_event_type = 'Lock' THEN
+                              CASE WHEN a.pid IN (SELECT pid FROM top) THEN pg_blocking_pids(a.pid) ELSE coalesce(hb.pids, '{}') END END,
             'query', left(coalesce(a.query, ''), 300)))
-        FROM a JOIN (SELECT DISTINCT pid FROM l WHERE relation = ANY($1::oid[])) AS t ON t.pid = a.pid
+        FROM a JOIN p ON p.pid = a.pid
         LEFT JOIN ws ON ws.pid = a.pid
+        LEFT JOIN hb ON hb.pid = a.pid
         WHERE a.pid <> pg_backend_pid()),
        w.o, w.live, w.dead,
        lw.n, lw.top

@@ -82,6 +82,9 @@ type ReleaseHolderParams struct {
 	Expired bool // only leases that have passed
 	DryRun  bool // count what would be released, change nothing
 	Batch   int  // rows per statement (and so row locks held at once); default 500
+	// Table is the pool table to release in, as schema and name (quoted
+	// here); empty: resource_pool on the connection's search_path.
+	Table pgx.Identifier
 }
 
 // ReleaseResult is what a bulk release did (or, dry, would do).
@@ -129,21 +132,26 @@ func (e *Engine) ReleaseHolder(ctx context.Context, p ReleaseHolderParams) (Rele
 	if p.Batch < 1 || p.Batch > MaxBatch {
 		return ReleaseResult{}, invalid("batch %d: between 1 and %d rows per statement", p.Batch, MaxBatch)
 	}
+	holderIDs, releaseIDs := sqlHolderIDs, sqlReleaseIDs
+	if len(p.Table) > 0 {
+		table := p.Table.Sanitize()
+		holderIDs, releaseIDs = onPartition(holderIDs, table), onPartition(releaseIDs, table)
+	}
 	if p.DryRun {
 		var n int64
-		if err := e.db.QueryRow(ctx, "SELECT count(*) FROM ("+sqlHolderIDs+") AS h", p.Holder, p.Expired).Scan(&n); err != nil {
+		if err := e.db.QueryRow(ctx, "SELECT count(*) FROM ("+holderIDs+") AS h", p.Holder, p.Expired).Scan(&n); err != nil {
 			return ReleaseResult{}, holderError("count the holder's leases", err)
 		}
 		return ReleaseResult{Released: n, DryRun: true}, nil
 	}
-	ids, err := collect(ctx, e.db, "find the holder's leases", pgx.RowTo[int64], sqlHolderIDs, p.Holder, p.Expired)
+	ids, err := collect(ctx, e.db, "find the holder's leases", pgx.RowTo[int64], holderIDs, p.Holder, p.Expired)
 	if err != nil {
 		return ReleaseResult{}, err
 	}
 	var res ReleaseResult
 	for len(ids) > 0 {
 		n := min(p.Batch, len(ids))
-		tag, err := e.db.Exec(ctx, sqlReleaseIDs, p.Holder, p.Expired, ids[:n])
+		tag, err := e.db.Exec(ctx, releaseIDs, p.Holder, p.Expired, ids[:n])
 		if err != nil {
 			return res, dbError("release the holder's leases", err)
 		}

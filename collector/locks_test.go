@@ -1,0 +1,118 @@
+package collector_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+)
+
+// More waiters on the pool's rows than are asked pg_blocking_pids: every
+// one is counted and names who blocks it (the others' blockers come from
+// the same read of pg_locks), each of them one pg_blocking_pids names too,
+// and the blocking tree leads to the holder. A session waiting on a row of
+// another table of the same database is not the pool's: it is neither
+// counted nor shown, nor is its blocker.
+func TestLockWaitersPastTheCapAndOnAnotherTable(t *testing.T) {
+	const waiters = 16 // more than the collector asks pg_blocking_pids about
+	b := setup(t, 10)
+	b.exec(t, `CREATE TABLE other (id int PRIMARY KEY, v int); INSERT INTO other VALUES (1, 0)`)
+	pid := func(c interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) int32 {
+		t.Helper()
+		var p int32
+		if err := c.QueryRow(b.ctx, "SELECT pg_backend_pid()").Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	holder := pgtest.PeerTx(t, b.ctx, b.schema)
+	if _, err := holder.Exec(b.ctx, "UPDATE resource_pool SET updated_at = now() WHERE id IN (1, 2)"); err != nil {
+		t.Fatal(err)
+	}
+	otherHolder := pgtest.PeerTx(t, b.ctx, b.schema)
+	if _, err := otherHolder.Exec(b.ctx, "UPDATE other SET v = 1 WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	holderPID, otherHolderPID := pid(holder), pid(otherHolder)
+
+	var wg sync.WaitGroup
+	start := func(sql string) int32 {
+		c := pgtest.Conn(t, b.schema)
+		p := pid(c)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = c.Exec(context.Background(), sql) // ends when the holder lets go
+		}()
+		return p
+	}
+	var pool []int32
+	for i := range waiters {
+		pool = append(pool, start(fmt.Sprintf("UPDATE resource_pool SET updated_at = now() WHERE id = %d", i%2+1)))
+	}
+	otherWaiter := start("UPDATE other SET v = 2 WHERE id = 1")
+	// Registered last, so run first: the holders let go and the waiters
+	// finish before their connections are closed.
+	t.Cleanup(func() {
+		_ = holder.Rollback(context.Background())
+		_ = otherHolder.Rollback(context.Background())
+		wg.Wait()
+	})
+	all := append(slices.Clone(pool), otherWaiter)
+	pgtest.Eventually(t, "every session waiting", 30*time.Second, func() bool {
+		var n int
+		if err := b.conn.QueryRow(b.ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid = ANY($1)", all).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == len(all)
+	})
+
+	c := b.collector(t, collector.Config{})
+	s, err := c.Poll(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LockWaiters != waiters || len(s.Waiters) != waiters {
+		t.Fatalf("lock_waiters %d, %d waiters shown: want the pool's %d", s.LockWaiters, len(s.Waiters), waiters)
+	}
+	for _, w := range s.Waiters {
+		if !slices.Contains(pool, w.PID) {
+			t.Fatalf("waiter %d is not one of the pool's (the other table's is %d)", w.PID, otherWaiter)
+		}
+		var truth []int32
+		if err := b.conn.QueryRow(b.ctx, "SELECT pg_blocking_pids($1)", w.PID).Scan(&truth); err != nil {
+			t.Fatal(err)
+		}
+		if len(w.BlockedBy) == 0 {
+			t.Fatalf("waiter %d names no blocker (pg_blocking_pids: %v)", w.PID, truth)
+		}
+		for _, by := range w.BlockedBy {
+			if !slices.Contains(truth, by) {
+				t.Fatalf("waiter %d blocked by %v, but pg_blocking_pids says %v", w.PID, w.BlockedBy, truth)
+			}
+		}
+	}
+	var holderBlocks []int32
+	for _, bl := range s.Blockers {
+		if bl.PID == otherHolderPID {
+			t.Fatalf("the other table's holder %d shown as a blocker: %+v", otherHolderPID, s.Blockers)
+		}
+		if bl.PID == holderPID {
+			holderBlocks = bl.Blocks
+		}
+	}
+	// The first waiter of each row waits on the holder's transaction; the
+	// rest queue on the row's tuple lock, which that first waiter holds.
+	if len(holderBlocks) != 2 {
+		t.Fatalf("the holder %d blocks %v, want the first waiter of each of its 2 rows; blockers %+v", holderPID, holderBlocks, s.Blockers)
+	}
+}
