@@ -1,6 +1,8 @@
 package workload
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/pooltop-dev/pooltop/engine"
@@ -65,5 +67,17 @@ func TestChaosVerdictOfTheLaterStories(t *testing.T) {
 		if s.OK() != c.ok {
 			t.Errorf("%s %+v: violations %q, want ok=%v", c.name, c.s, s.Violations, c.ok)
 		}
+	}
+}
+
+// The lost-ack story is judged by duplicates_stable_id being 0: the JSON
+// must say 0, not leave the field out.
+func TestSummaryJSONStatesZeroStableDuplicates(t *testing.T) {
+	b, err := json.Marshal(Summary{Scenario: "lost-ack", DuplicatesFreshID: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"duplicates_stable_id":0`) {
+		t.Fatalf("summary JSON without duplicates_stable_id 0: %s", b)
 	}
 }

@@ -204,7 +204,7 @@ type Summary struct {
 	AcksLost            int64   `json:"acks_lost,omitempty"`
 	Replayed            int64   `json:"replayed,omitempty"`
 	DuplicatesFreshID   int64   `json:"duplicates_fresh_id,omitempty"`
-	DuplicatesStableID  int64   `json:"duplicates_stable_id,omitempty"`
+	DuplicatesStableID  int64   `json:"duplicates_stable_id"`
 	MaxRecoveryMS       float64 `json:"max_recovery_ms,omitempty"`
 	// Vacuum is the pool's vacuum state at the end of the run, before the
 	// workload stopped (and restored autovacuum); AutovacuumLeftOff, after.
