@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -18,9 +17,12 @@ const seedChunk = 250_000
 const MaxSeed = 100_000_000
 
 // Seed adds count UNUSED ids to the pool, as a producer decoupled from the
-// consumers would. Identifiers are "res-" and a number
-// past the highest id, so repeated seeds never collide; an identifier that
-// already exists is skipped. It returns how many rows were inserted.
+// consumers would. Each new row takes its id from the pool's id sequence and
+// its identifier from that id ("res-" and the id, zero-padded to at least 10
+// digits, never cut), so seeds running at once never make the same
+// identifier, on a plain table or a partitioned one (whose unique index must
+// hold the partition key, so cannot keep identifiers unique by itself). It
+// adds exactly count rows or returns an error saying how many it added.
 func (e *Engine) Seed(ctx context.Context, count int) (int64, error) {
 	inserted, err := e.Refill(ctx, count)
 	if err != nil {
@@ -33,42 +35,85 @@ func (e *Engine) Seed(ctx context.Context, count int) (int64, error) {
 	return inserted, nil
 }
 
+// ErrSeedShort: a seed could not add every id it was asked for.
+var ErrSeedShort = errors.New("seed added fewer ids than asked")
+
+// seedRetries bounds the statements a chunk may take when identifiers made
+// from new ids are already taken (rows a producer named otherwise).
+const seedRetries = 3
+
 // Refill is Seed without the ANALYZE, for a producer topping the pool up
 // several times a second (autovacuum keeps the statistics fresh).
 func (e *Engine) Refill(ctx context.Context, count int) (int64, error) {
 	if count <= 0 || count > MaxSeed {
 		return 0, invalid("count %d: seed between 1 and %d ids", count, MaxSeed)
 	}
-	sh, err := e.poolShape(ctx)
-	if err != nil {
+	var seq *string
+	if err := e.db.QueryRow(ctx, "SELECT pg_get_serial_sequence('resource_pool', 'id')").Scan(&seq); err != nil {
 		return 0, dbError("seed", err)
-	}
-	sql := sqlRefill
-	if len(sh.parts) > 0 {
-		// A partitioned pool's identifier is unique per (identifier, id)
-		// only (a unique index must hold the partition key): no conflict
-		// target to name; the identifiers made here are new by construction.
-		sql = strings.Replace(sql, "ON CONFLICT (identifier) DO NOTHING", "ON CONFLICT DO NOTHING", 1)
 	}
 	var inserted int64
 	for left := count; left > 0; {
 		n := min(left, seedChunk)
-		tag, err := e.db.Exec(ctx, sql, n)
-		if err != nil {
-			return inserted, dbError("seed", err)
+		got := int64(0)
+		for try := 0; try < seedRetries && got < int64(n); try++ {
+			added, err := e.seedChunk(ctx, seq, int64(n)-got)
+			if err != nil {
+				return inserted + got, dbError("seed", err)
+			}
+			got += added
 		}
-		inserted += tag.RowsAffected()
+		inserted += got
+		if got < int64(n) {
+			return inserted, fmt.Errorf("%w: %d of %d, the identifiers made from new ids are taken by rows named otherwise: seed with another producer", ErrSeedShort, inserted, count)
+		}
 		left -= n
 	}
 	return inserted, nil
 }
 
-const sqlRefill = `
-INSERT INTO resource_pool (identifier)
-SELECT 'res-' || lpad((base.m + g)::text, 10, '0')
-FROM (SELECT coalesce(max(id), 0) AS m FROM resource_pool) AS base,
-     generate_series(1, $1::bigint) AS g
-ON CONFLICT (identifier) DO NOTHING`
+// seedChunk inserts up to n rows in one statement and returns how many. With
+// a sequence behind id (pooltop's identity, or a serial), each row's id is
+// its own nextval: concurrent seeds take disjoint ids without waiting on
+// each other. A pool whose id has no sequence numbers rows past the highest
+// id, its seeds taking turns on a transaction-level advisory lock (nothing
+// held past the statement's transaction, so this works through a pooler).
+func (e *Engine) seedChunk(ctx context.Context, seq *string, n int64) (int64, error) {
+	if seq != nil {
+		tag, err := e.db.Exec(ctx, sqlSeedFromSequence, *seq, n)
+		return tag.RowsAffected(), err
+	}
+	var added int64
+	err := pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('pooltop.seed'), hashtext(current_schema()))"); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, sqlSeedPastMax, n)
+		added = tag.RowsAffected()
+		return err
+	})
+	return added, err
+}
+
+// The identifier is "res-" and the id, zero-padded to 10 digits and never
+// cut past them. ON CONFLICT DO NOTHING without a target: a partitioned
+// pool's unique index is on (identifier, id), and a row named otherwise may
+// hold an identifier made here; the caller seeds again for what was skipped.
+const (
+	sqlSeedFromSequence = `
+INSERT INTO resource_pool (id, identifier)
+SELECT n, 'res-' || lpad(n::text, greatest(10, length(n::text)), '0')
+FROM (SELECT nextval($1::regclass) AS n FROM generate_series(1, $2::bigint)) AS ids
+ON CONFLICT DO NOTHING`
+
+	sqlSeedPastMax = `
+INSERT INTO resource_pool (id, identifier)
+SELECT n, 'res-' || lpad(n::text, greatest(10, length(n::text)), '0')
+FROM (SELECT base.m + g AS n
+      FROM (SELECT coalesce(max(id), 0) AS m FROM resource_pool) AS base,
+           generate_series(1, $1::bigint) AS g) AS ids
+ON CONFLICT DO NOTHING`
+)
 
 // CheckSchema verifies that the connection's schema holds pooltop's tables
 // and, when requireMarker is set, the marker that pooltop created them. It
