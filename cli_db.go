@@ -324,8 +324,8 @@ func checkScratch(schema, name string) error {
 
 // freshPool empties the schema's pool and ledger and fills it with size ids.
 func freshPool(ctx context.Context, d *database, size int) error {
-	if _, err := d.pool.Exec(ctx, "TRUNCATE business_ledger, resource_pool RESTART IDENTITY"); err != nil {
-		return fmt.Errorf("empty the pool: %w", err)
+	if err := d.eng.ResetPool(ctx, ""); err != nil {
+		return err
 	}
 	if _, err := d.eng.Seed(ctx, size); err != nil {
 		return err

@@ -162,7 +162,8 @@ func (s *stage) Fresh() error {
 // and the ledger, seeds size ids and resets every figure. The caller
 // restarts the workload with the knobs it wants.
 func (s *stage) fresh(ctx context.Context, size int) error {
-	calm := s.wl.Config()
+	before := s.wl.Config()
+	calm := before
 	calm.Workers, calm.Refill, calm.KeepUp, calm.Reaper = 0, 0, false, false
 	if err := s.wl.SetConfig(calm); err != nil {
 		return err
@@ -181,11 +182,16 @@ func (s *stage) fresh(ctx context.Context, size int) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	// Refused (someone else holds leases on this pool), the pool and the
+	// figures stay as they were and the workload goes on.
+	if err := s.eng.ResetPool(ctx, s.wl.RunID()); err != nil {
+		if rerr := s.wl.SetConfig(before); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
 	s.col.Suspend()
 	defer s.col.Reset(true) // also when the rebuild fails: the old figures are void
-	if _, err := s.db.Exec(ctx, "TRUNCATE business_ledger, resource_pool RESTART IDENTITY"); err != nil {
-		return fmt.Errorf("empty the pool: %w", err)
-	}
 	if _, err := s.eng.Seed(ctx, size); err != nil {
 		return err
 	}

@@ -187,3 +187,72 @@ func TestStageNeverEmptiesAPoolNotItsOwn(t *testing.T) {
 		t.Fatalf("autovacuum off on a pool not ours (%v)", err)
 	}
 }
+
+// A fresh pool never sends a token back. A holder outside the demo (a
+// `work` process, a lease by hand) with a live lease makes the reset refuse,
+// leaving the pool and the workload as they were; once its lease is over
+// the reset goes ahead, and its late commit with the old (id, token) is
+// rejected: the ids are new, where RESTART IDENTITY gave the same id to a
+// new owner at the same token 1 and the zombie's commit landed on it.
+func TestFreshPoolNeverSendsTokensBack(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 200, pgtest.Options{MaxConns: 8})
+	cfg := scenarioConfig(workload.Scenarios[0], 1)
+	cfg.Workers = 2
+	wl, err := workload.New(db.Engine, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Start(ctx)
+	t.Cleanup(wl.Stop)
+	col, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: db.Schema + ".resource_pool", Workload: wl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	st := &stage{db: engine.WrapPool(db.Pool), eng: db.Engine, wl: wl, col: col, size: 200, rebuild: true}
+
+	outsider := engine.New(pgtest.Pool(t, db.Schema, pgtest.Options{AppName: "outsider"}))
+	held, err := outsider.LeaseAcquire(ctx, &engine.LeaseAcquireParams{Holder: "alice", TTL: time.Hour, N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.Fresh()
+	if !errors.Is(err, engine.ErrResetRefused) || !strings.Contains(err.Error(), "alice") {
+		t.Fatalf("fresh pool while alice holds a live lease: %v, want a refusal naming her", err)
+	}
+	if c := wl.Config(); c.Workers != 2 {
+		t.Fatalf("after the refusal the workload runs %d workers, want its 2", c.Workers)
+	}
+	if _, err := outsider.LeaseCommit(ctx, &engine.LeaseCommitParams{ID: held[0].ID, Token: held[0].Token, RequestID: "alice-1"}); err != nil {
+		t.Fatalf("alice's commit after the refused reset: %v", err)
+	}
+
+	// A lease that has run out no longer holds the pool back; its holder
+	// may still wake and commit.
+	zombie, err := outsider.LeaseAcquire(ctx, &engine.LeaseAcquireParams{Holder: "bob", TTL: time.Millisecond, N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, "bob's lease over", 10*time.Second, func() bool {
+		var live bool
+		if err := db.Pool.QueryRow(ctx, "SELECT leased_until > clock_timestamp() FROM resource_pool WHERE id = $1", zombie[0].ID).Scan(&live); err != nil {
+			return false // the workload's reaper may have taken it back already
+		}
+		return !live
+	})
+	if err := st.Fresh(); err != nil {
+		t.Fatal(err)
+	}
+	var lowest int64
+	if err := db.Pool.QueryRow(ctx, "SELECT min(id) FROM resource_pool").Scan(&lowest); err != nil || lowest <= zombie[0].ID {
+		t.Fatalf("the fresh pool starts at id %d (%v): ids before the reset (bob's %d) came back", lowest, err, zombie[0].ID)
+	}
+	// Every id of the fresh pool taken at token 1, as a new owner would.
+	if _, err := db.Pool.Exec(ctx, "UPDATE resource_pool SET status = 'PENDING', holder = 'new-owner', lease_token = 1, leased_until = now() + interval '1 hour'"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = outsider.LeaseCommit(ctx, &engine.LeaseCommitParams{ID: zombie[0].ID, Token: zombie[0].Token, RequestID: "bob-late"})
+	if err == nil {
+		t.Fatal("bob's late commit from before the reset was accepted")
+	}
+}
