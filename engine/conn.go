@@ -135,6 +135,17 @@ func Connect(ctx context.Context, opts ConnOptions) (*Pool, error) {
 // ConnectError rewrites a connection failure as "what, why, what to do",
 // naming the server and user but never the password.
 func ConnectError(cc *pgx.ConnConfig, err error) error {
+	msg := connectError(cc, err).Error()
+	// A URL whose password holds a raw / or : parses with pieces of the
+	// password as host, port or database, which the line names: mask the
+	// password as written in the connection string too.
+	for _, pw := range []string{passwordIn(cc.ConnString()), cc.Password} {
+		msg = Redact(msg, pw)
+	}
+	return errors.New(msg)
+}
+
+func connectError(cc *pgx.ConnConfig, err error) error {
 	where := fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)
 	var pgErr *pgconn.PgError
 	switch {

@@ -40,22 +40,40 @@ func redactURLs(text string) string {
 		}
 		b.WriteString(text[:i+3])
 		rest := text[i+3:]
-		// The authority ends at the first /, ? or space; the userinfo at the
-		// last @ inside it (a raw @ in a password is common).
+		if colon, at := urlPassword(rest); at >= 0 {
+			b.WriteString(rest[:colon+1] + mask)
+			rest = rest[at:]
+		}
+		// Go on after the host: the next URL starts past it.
 		end := strings.IndexFunc(rest, func(r rune) bool { return r == '/' || r == '?' || r == '#' || unicode.IsSpace(r) })
 		if end < 0 {
 			end = len(rest)
 		}
-		auth := rest[:end]
-		if at := strings.LastIndex(auth, "@"); at >= 0 {
-			if colon := strings.Index(auth[:at], ":"); colon >= 0 {
-				auth = auth[:colon+1] + mask + auth[at:]
-			}
-		}
-		b.WriteString(auth)
+		b.WriteString(rest[:end])
 		text = rest[end:]
 	}
 	return redactQueryPasswords(b.String())
+}
+
+// urlPassword finds the password of the URL whose text after "://" is rest:
+// it runs from the first colon to the last @ of the line, since a raw /, ?, #, : or @ in a password is common (base64
+// secrets) and would end the authority where a URL parser ends it. A URL
+// whose first @ comes before its first colon has a user and no password.
+// It returns the colon's and the @'s positions, or -1, -1.
+func urlPassword(rest string) (colon, at int) {
+	if end := strings.IndexByte(rest, '\n'); end >= 0 {
+		rest = rest[:end]
+	}
+	// The last @ on the line: a password with a raw space is no valid URL,
+	// but it is still a password. In a longer text that masks more than the
+	// password when an @ follows the URL, never less.
+	at = strings.LastIndex(rest, "@")
+	colon = strings.Index(rest, ":")
+	first := strings.Index(rest, "@")
+	if at < 0 || colon < 0 || colon > first {
+		return -1, -1
+	}
+	return colon, at
 }
 
 // redactQueryPasswords masks password=… and sslpassword=… in URL queries
@@ -183,7 +201,7 @@ func ParseError(dsn, from string, err error) error {
 	}
 	reason = RedactDSN(reason)
 	for _, p := range []string{passwordIn(dsn), os.Getenv("PGPASSWORD")} {
-		reason = Redact(reason, p)
+		reason = Redact(maskPieces(reason, p), p)
 	}
 	if strings.TrimSpace(dsn) == "" {
 		var set []string
@@ -197,17 +215,43 @@ func ParseError(dsn, from string, err error) error {
 	return fmt.Errorf("parse %s: %s: give a URL such as postgres://user@host:5432/db or key=value pairs (%s)", from, reason, RedactDSN(dsn))
 }
 
+// maskPieces masks every quoted token of a parser's message that is a piece
+// of password: a URL parser names the token it could not read ("invalid
+// percent-encoded token: \"w%rd\""), which may be a piece of the password.
+func maskPieces(reason, password string) string {
+	if password == "" {
+		return reason
+	}
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(reason, '"')
+		if i < 0 {
+			b.WriteString(reason)
+			return b.String()
+		}
+		j := strings.IndexByte(reason[i+1:], '"')
+		if j < 0 {
+			b.WriteString(reason)
+			return b.String()
+		}
+		token := reason[i+1 : i+1+j]
+		b.WriteString(reason[:i+1])
+		if token != "" && (strings.Contains(password, token) || strings.Contains(token, password)) {
+			b.WriteString(mask)
+		} else {
+			b.WriteString(token)
+		}
+		b.WriteByte('"')
+		reason = reason[i+2+j:]
+	}
+}
+
 // passwordIn finds the password value of a connection string, "" if none.
 func passwordIn(dsn string) string {
 	if i := strings.Index(dsn, "://"); i >= 0 {
-		auth := dsn[i+3:]
-		if end := strings.IndexAny(auth, "/?# "); end >= 0 {
-			auth = auth[:end]
-		}
-		if at := strings.LastIndex(auth, "@"); at >= 0 {
-			if colon := strings.Index(auth[:at], ":"); colon >= 0 {
-				return auth[colon+1 : at]
-			}
+		rest := dsn[i+3:]
+		if colon, at := urlPassword(rest); at >= 0 {
+			return rest[colon+1 : at]
 		}
 		return ""
 	}
@@ -249,8 +293,11 @@ func Redact(text, password string) string {
 			return b.String()
 		}
 		end := i + len(password)
+		// A password that starts or ends with a character that is no part
+		// of a word starts or ends a token wherever it stands.
 		standalone := len(password) >= 8 ||
-			(i == 0 || !isWordByte(text[i-1])) && (end == len(text) || !isWordByte(text[end]))
+			(i == 0 || !isWordByte(text[i-1]) || !isWordByte(password[0])) &&
+				(end == len(text) || !isWordByte(text[end]) || !isWordByte(password[len(password)-1]))
 		b.WriteString(text[:i])
 		if standalone {
 			b.WriteString(mask)

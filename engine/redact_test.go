@@ -26,6 +26,12 @@ func TestRedactDSN(t *testing.T) {
 		{`postgresql://u@h/db?password=qpw&sslmode=disable`, []string{"qpw"}, []string{"sslmode=disable"}},
 		{`failed: cannot parse "postgres://eve:topsecret@h:bad/db": invalid port`, []string{"topsecret"}, []string{"invalid port"}},
 		{`mypassword=notasecret`, nil, []string{"mypassword=notasecret"}},
+		// A raw /, ?, #, : or @ in a URL password (base64 secrets) ends the
+		// authority where a URL parser ends it; the password is masked whole.
+		{`postgresql://bob:Ab/Cd+Ef=@127.0.0.1:5432/app`, []string{"Ab", "Cd+Ef="}, []string{"bob", "127.0.0.1:5432/app"}},
+		{`(postgresql://bob:p@ss:w%rd/x@127.0.0.1:5432/app)`, []string{"p@ss", "w%rd", "rd/x"}, []string{"bob", "127.0.0.1:5432/app)"}},
+		{`postgres://bob:a?b#c:d@127.0.0.1/db`, []string{"a?b", "b#c", "c:d"}, []string{"127.0.0.1/db"}},
+		{`postgres://bob@127.0.0.1:5432/db?application_name=a@b`, nil, []string{"bob@127.0.0.1:5432/db"}},
 	}
 	for _, c := range cases {
 		out := RedactDSN(c.in)
@@ -60,6 +66,10 @@ func TestParseErrorNeverEchoesThePassword(t *testing.T) {
 		`host=127.0.0.1 password=head\ TAIL port=abc`,
 		`postgres://alice:head@TAIL@[::1/db`,
 		`postgres://alice:headTAIL@localhost:notaport/db`,
+		`postgresql://alice:head/TAIL=@127.0.0.1:5432/app`,
+		`postgresql://alice:head@:TAIL/x@127.0.0.1:5432/app`,
+		`postgresql://alice:head%TAIL/x@127.0.0.1:5432/app`,
+		`postgresql://alice:head%zzTAIL@127.0.0.1:5432/app`,
 	} {
 		_, perr := pgx.ParseConfig(dsn)
 		if perr == nil {
