@@ -32,10 +32,30 @@ var files embed.FS
 // the pool in the same schema.
 const VersionTable = "pooltop_migrations"
 
-// lockKey is the advisory lock every migrating process takes, so two
-// processes migrating at once run one after the other instead of colliding
-// on CREATE SCHEMA or the version table.
-const lockKey = 0x706f6f6c746f70 // "pooltop"
+// lockClass is the first key of the advisory lock a migration of a schema
+// takes; the second is a hash of the schema's name. Two processes migrating
+// one schema at once run one after the other instead of colliding on
+// CREATE SCHEMA or the version table; other schemas do not wait.
+const lockClass = 0x706f6f6c // "pool"
+
+// lockSchema takes schema's migration lock on conn and returns its release.
+// It waits for as long as ctx allows, not the session's lock_timeout: a
+// migration that builds indexes on a big table holds it for minutes, and
+// the next one should take its turn, not fail.
+func lockSchema(ctx context.Context, conn *pgx.Conn, schema string) (func(), error) {
+	if _, err := conn.Exec(ctx, "SET lock_timeout = 0"); err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1, hashtext($2))", lockClass, schema); err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "RESET lock_timeout"); err != nil {
+		return nil, err
+	}
+	return func() {
+		conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1, hashtext($2))", lockClass, schema) //nolint:errcheck // the lock also ends with the session
+	}, nil
+}
 
 // Origin says how a schema came to hold a pooltop pool; it is kept in
 // pooltop_meta under the key "origin".
@@ -484,10 +504,11 @@ func Apply(ctx context.Context, cfg *pgx.ConnConfig, schema string, o Options) (
 	defer conn.Close(context.Background())
 
 	if !o.DryRun {
-		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(lockKey)); err != nil {
-			return Result{}, fmt.Errorf("migrate: take the migration lock: %w", err)
+		unlock, err := lockSchema(ctx, conn, schema)
+		if err != nil {
+			return Result{}, fmt.Errorf("migrate: take the migration lock of schema %s: %w", pgx.Identifier{schema}.Sanitize(), err)
 		}
-		defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(lockKey)) //nolint:errcheck // the lock also ends with the session
+		defer unlock()
 	}
 	st, err := Inspect(ctx, conn, schema)
 	if err != nil {
