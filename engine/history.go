@@ -51,10 +51,13 @@ type History struct {
 	err error
 }
 
-// NewHistory returns an empty history that also writes to w (nil: memory only).
+// NewHistory returns an empty history. With a writer it streams every
+// operation to w and keeps none (a work process runs for days: its history
+// must not grow with it); with none (nil) it keeps them for Ops.
 func NewHistory(w io.Writer) *History { return &History{w: w} }
 
-// Ops returns the operations recorded so far, answered or not.
+// Ops returns the operations recorded so far, answered or not; none when
+// they are streamed to a writer.
 func (h *History) Ops() []HistoryOp {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -115,7 +118,9 @@ func (e *Engine) end(op *HistoryOp, newToken int64, err error) {
 		op.Outcome, op.Return = OutcomeUnknown, 0
 	}
 	h.mu.Lock()
-	h.ops = append(h.ops, *op)
+	if h.w == nil {
+		h.ops = append(h.ops, *op)
+	}
 	h.write(*op)
 	h.mu.Unlock()
 }
