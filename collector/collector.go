@@ -745,6 +745,9 @@ func locks(rows []lockRow, s *Snapshot) {
 	waiting := map[int32]bool{}
 	for i := range rows {
 		w := &rows[i].Waiter
+		// Masked here, at the source, so that the screen, the JSON, the
+		// metrics and the recordings all show the same masked text.
+		w.Query = engine.MaskQuery(w.Query)
 		if ms := rows[i].WaitMS; ms != nil {
 			waiting[w.PID], w.WaitMS = true, math.Max(*ms, 0)
 		} else {

@@ -147,6 +147,11 @@ func ConnectError(cc *pgx.ConnConfig, err error) error {
 
 func connectError(cc *pgx.ConnConfig, err error) error {
 	where := fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)
+	if pw := passwordIn(cc.ConnString()); pw != "" && pw != cc.Password && strings.Contains(cc.ConnString(), "://") {
+		// The URL's password holds a raw @, : or /, and the parser took
+		// pieces of it for the host, port or database: name none of them.
+		where = "the server of a URL whose password holds an unescaped @, : or / (percent-encode them: %40, %3A, %2F)"
+	}
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "28P01":

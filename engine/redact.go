@@ -307,3 +307,106 @@ func Redact(text, password string) string {
 		text = text[end:]
 	}
 }
+
+// MaskQuery masks the passwords a query text may carry: the literal after a
+// PASSWORD keyword (CREATE or ALTER ROLE … [ENCRYPTED] PASSWORD '…', E'…'
+// or $tag$…$tag$, an unterminated one to the end), and the passwords of
+// connection strings inside it (dblink, postgres_fdw's options). The
+// dashboard, the JSON and the recordings show queries only through it.
+func MaskQuery(q string) string {
+	return RedactDSN(maskPasswordLiterals(q))
+}
+
+func maskPasswordLiterals(q string) string {
+	lower := strings.ToLower(q)
+	var b strings.Builder
+	i := 0
+	for {
+		j := strings.Index(lower[i:], "password")
+		if j < 0 {
+			break
+		}
+		j += i
+		k := j + len("password")
+		if j > 0 && isWordByte(lower[j-1]) || k < len(q) && isWordByte(lower[k]) {
+			b.WriteString(q[i:k])
+			i = k
+			continue
+		}
+		// The keyword, then white space, then the literal: 'password' as a
+		// value of its own is left as it is.
+		ws := k
+		for k < len(q) && unicode.IsSpace(rune(q[k])) {
+			k++
+		}
+		if k == ws || j > 0 && q[j-1] == '\'' {
+			b.WriteString(q[i:k])
+			i = k
+			continue
+		}
+		start, end := literal(q, k)
+		b.WriteString(q[i:start])
+		if end > start {
+			b.WriteString(mask)
+			b.WriteString(closing(q, k, end))
+		}
+		i = max(end, start)
+	}
+	b.WriteString(q[i:])
+	return b.String()
+}
+
+// literal finds the string literal that starts at k in q: it returns where
+// its content starts (after the opening quote) and where the literal ends
+// (after its closing quote, or the end of q). start == end when none.
+func literal(q string, k int) (start, end int) {
+	switch {
+	case k < len(q) && q[k] == '\'':
+		return k + 1, quotedEnd(q, k+1, false)
+	case k+1 < len(q) && (q[k] == 'e' || q[k] == 'E') && q[k+1] == '\'':
+		return k + 2, quotedEnd(q, k+2, true)
+	case k < len(q) && q[k] == '$':
+		t := strings.IndexByte(q[k+1:], '$')
+		if t < 0 || strings.ContainsAny(q[k+1:k+1+t], " \t\n'") {
+			return k, k
+		}
+		tag := q[k : k+t+2]
+		c := strings.Index(q[k+len(tag):], tag)
+		if c < 0 {
+			return k + len(tag), len(q)
+		}
+		return k + len(tag), k + len(tag) + c + len(tag)
+	}
+	return k, k
+}
+
+// quotedEnd is where a quoted literal whose content starts at i ends: after
+// the quote that closes it ('' is a quote inside; with backslashes, \' too).
+func quotedEnd(q string, i int, backslashes bool) int {
+	for i < len(q) {
+		switch {
+		case backslashes && q[i] == '\\':
+			i += 2
+		case q[i] == '\'' && i+1 < len(q) && q[i+1] == '\'':
+			i += 2
+		case q[i] == '\'':
+			return i + 1
+		default:
+			i++
+		}
+	}
+	return len(q)
+}
+
+// closing is the closing quote or tag of the literal at k that ends at end,
+// to write back after the mask ("" for one cut short).
+func closing(q string, k, end int) string {
+	if end >= len(q) && !strings.HasSuffix(q, "'") && !strings.HasSuffix(q, "$") {
+		return ""
+	}
+	if q[k] == '$' {
+		t := strings.IndexByte(q[k+1:], '$')
+		return q[k : k+t+2]
+	}
+	return "'"
+}

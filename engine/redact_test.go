@@ -99,3 +99,25 @@ func TestParseErrorFromThePGVariables(t *testing.T) {
 		t.Fatalf("%s", msg)
 	}
 }
+
+// Query texts shown on the dashboard, in JSON and in recordings carry no
+// password: PASSWORD literals of every quoting, and connection strings.
+func TestMaskQuery(t *testing.T) {
+	for _, c := range []struct{ in, secret, keep string }{
+		{`ALTER ROLE app PASSWORD 'hunter2secret'`, "hunter2secret", "ALTER ROLE app PASSWORD '"},
+		{`create user x with encrypted password 'it''s-s3cret' valid until 'infinity'`, "s3cret", "valid until 'infinity'"},
+		{`ALTER ROLE app PASSWORD E'back\'sl4sh'`, "sl4sh", "ALTER ROLE app"},
+		{`ALTER ROLE app PASSWORD $pw$dollar-s3cret$pw$ LOGIN`, "dollar-s3cret", "LOGIN"},
+		{`ALTER ROLE app PASSWORD $$dollar-s3cret$$`, "dollar-s3cret", "ALTER ROLE"},
+		{`ALTER ROLE app PASSWORD 'cut-short-s3cret`, "s3cret", "ALTER ROLE"},
+		{`SELECT dblink_connect('host=db password=dbl1nk-s3cret dbname=x')`, "dbl1nk-s3cret", "dbname=x"},
+		{`SELECT * FROM dblink('postgres://u:url-s3cret@db/x', 'select 1')`, "url-s3cret", "select 1"},
+		{`UPDATE resource_pool SET holder = 'password' WHERE id = 1`, "", "holder = 'password' WHERE id = 1"},
+		{`ALTER ROLE app PASSWORD NULL`, "", "PASSWORD NULL"},
+	} {
+		got := MaskQuery(c.in)
+		if c.secret != "" && strings.Contains(got, c.secret) || !strings.Contains(got, c.keep) {
+			t.Errorf("MaskQuery(%q) = %q", c.in, got)
+		}
+	}
+}
