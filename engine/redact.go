@@ -381,7 +381,8 @@ func literal(q string, k int) (start, end int) {
 }
 
 // quotedEnd is where a quoted literal whose content starts at i ends: after
-// the quote that closes it ('' is a quote inside; with backslashes, \' too).
+// the quote that closes it (a doubled quote is a quote inside; with
+// backslashes, an escaped one too).
 func quotedEnd(q string, i int, backslashes bool) int {
 	for i < len(q) {
 		switch {
