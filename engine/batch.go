@@ -39,8 +39,10 @@ RETURNING id, resource_id, lease_token, created_at, request_id`
 
 // LeaseCommitBatch commits many fenced effects in one statement. results[i]
 // and errs[i] describe items[i]: a rejected lease gets its own error
-// (ErrStaleToken, ErrLeaseLost, ErrRequestConflict) while the others are
-// committed. The returned error is for the call as a whole.
+// (ErrStaleToken, ErrLeaseLost, ErrRequestConflict), and one the batch did
+// not commit whose reason could not be read ErrOutcomeUnknown, while the
+// others are committed. The returned error is for the call as a whole (the
+// statement itself failed: none of it is known).
 func (e *Engine) LeaseCommitBatch(ctx context.Context, holder string, items []CommitItem) ([]CommitResult, []error, error) {
 	var ops []*HistoryOp
 	if e.history.Load() != nil {
@@ -128,8 +130,12 @@ func (e *Engine) commitBatch(ctx context.Context, holder string, items []CommitI
 		default:
 			errs[i] = e.whyLost(ctx, "commit", it.ID, it.Token)
 		}
+		// The lookup broke (the connection was cut): this item was not
+		// committed by the batch, but whether it is a replay or a rejection
+		// is not known. The items the batch did commit stay reported as
+		// committed.
 		if errs[i] != nil && !IsRejected(errs[i]) && !errors.Is(errs[i], ErrRequestConflict) && !errors.Is(errs[i], ErrNotFound) {
-			return nil, nil, errs[i]
+			errs[i] = fmt.Errorf("%w: request %q: %w", ErrOutcomeUnknown, it.RequestID, errs[i])
 		}
 	}
 	return results, errs, nil

@@ -34,6 +34,10 @@ var (
 	// ErrNotPooltop: the schema exists but was not set up by pooltop (no
 	// marker); write commands refuse it unless explicitly allowed.
 	ErrNotPooltop = errors.New("database not set up by pooltop")
+	// ErrOutcomeUnknown: an item of a batched commit that the batch did not
+	// commit, whose reason (a rejection, or a replay of an earlier commit)
+	// could not be read: look its request id up later.
+	ErrOutcomeUnknown = errors.New("commit outcome unknown")
 )
 
 // IsRejected reports whether err means the fence or the lease refused the
