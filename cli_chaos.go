@@ -80,7 +80,7 @@ func (o *chaosOptions) addFlags(c *cobra.Command, g *globals) {
 	f.IntVar(&o.workers, "workers", 0, "override the scenario's worker count")
 	f.Float64Var(&o.crash, "crash-rate", 0, "override the chance per cycle that a worker dies holding its leases")
 	f.Float64Var(&o.pause, "pause-rate", 0, "override the chance per cycle that a worker freezes past its lease")
-	f.StringVar(&o.faults, "faults", "", "real faults instead of the scenario's simulated ones: kill,terminate,restart,lost-ack,partition (worker processes killed with SIGKILL, their sessions terminated, PostgreSQL restarted by an immediate shutdown, the connection cut around a commit, the network stalled longer than a lease); on the throwaway server only")
+	f.StringVar(&o.faults, "faults", "", "real faults instead of the scenario's simulated ones: kill,terminate,restart,lost-ack,partition,pause (worker processes killed with SIGKILL, their sessions terminated, PostgreSQL restarted by an immediate shutdown, the connection cut around a commit, the network stalled longer than a lease, a process frozen with SIGSTOP past its leases and resumed); on the throwaway server only")
 	f.IntVar(&o.procs, "processes", 4, "with --faults: pooltop work processes in the fleet")
 	f.DurationVar(&o.every, "fault-every", 2*time.Second, "with --faults: mean time between faults")
 	partitionsFlag(c, &o.partitions)
@@ -290,6 +290,9 @@ func (o *chaosOptions) runFaults(ctx context.Context, g *globals) error {
 			kinds = append(kinds, fmt.Sprintf("%s %d", f, sum.Faults[string(f)]))
 		}
 		fmt.Fprintf(tw, "faults\t%s\nprocesses started\t%d\ncommitted\t%d\nreclaimed\t%d\n", strings.Join(kinds, ", "), sum.Processes, sum.Committed, sum.Reclaimed)
+		if sum.Faults[string(workload.FaultPause)] > 0 {
+			fmt.Fprintf(tw, "zombie commits rejected\t%d (by processes resumed from a pause, on the leases they held)\n", sum.ZombieCommitsRejected)
+		}
 		if sum.AcksLost != nil {
 			fmt.Fprintf(tw, "commits cut\t%d after the server ran them, %d before\n", sum.AcksLost["delivered"], sum.AcksLost["dropped"])
 		}

@@ -40,10 +40,15 @@ const (
 	// FaultPartition: the network between the workers and the server
 	// stalls, both ways, for longer than a lease, then heals.
 	FaultPartition Fault = "partition"
+	// FaultPause: a worker process frozen with SIGSTOP while it holds
+	// leases, past their expiry, until the reaper has taken them back, then
+	// resumed with SIGCONT: the seeds' stop-the-world pause with a real
+	// process. Its late commits must be rejected by the fence.
+	FaultPause Fault = "pause"
 )
 
 // Faults are the faults a campaign knows, in the order help lists them.
-var Faults = []Fault{FaultKill, FaultTerminate, FaultRestart, FaultLostAck, FaultPartition}
+var Faults = []Fault{FaultKill, FaultTerminate, FaultRestart, FaultLostAck, FaultPartition, FaultPause}
 
 // NeedsProxy reports whether a fault is injected in the network, so that
 // the workers must reach the server through a faultproxy.
@@ -111,11 +116,15 @@ type FaultSummary struct {
 	DownS           float64        `json:"server_down_s"` // the longest restart
 	// AcksLost counts the commits whose connection was cut, by whether the
 	// server had executed them (delivered) or never saw them (dropped).
-	AcksLost   map[string]int64   `json:"acks_lost,omitempty"`
-	Recovered  bool               `json:"recovered"` // every live process cycled again after the last fault
-	Audit      engine.AuditReport `json:"audit"`
-	History    HistoryCheck       `json:"history"`
-	Violations []string           `json:"violations"`
+	AcksLost map[string]int64 `json:"acks_lost,omitempty"`
+	// ZombieCommitsRejected counts the commits that processes resumed from
+	// a pause tried with the leases they held when frozen, and the fence
+	// rejected.
+	ZombieCommitsRejected int64              `json:"zombie_commits_rejected"`
+	Recovered             bool               `json:"recovered"` // every live process cycled again after the last fault
+	Audit                 engine.AuditReport `json:"audit"`
+	History               HistoryCheck       `json:"history"`
+	Violations            []string           `json:"violations"`
 }
 
 // OK reports whether the campaign found no violation.
@@ -126,6 +135,10 @@ type child struct {
 	history string
 	cmd     *exec.Cmd
 	done    chan struct{}
+	// stopped and resumed frame its last pause (zero if never): its
+	// commits rejected from then to a lease after it are a zombie's, made
+	// with the leases it held when frozen.
+	stopped, resumed time.Time
 }
 
 // Run runs the campaign and audits the pool after it.
@@ -176,8 +189,9 @@ func (c *Campaign) Run(ctx context.Context) (FaultSummary, error) {
 		kids = append(kids, k)
 		return nil
 	}
-	defer func() { // whatever happens, no process is left behind
+	defer func() { // whatever happens, no process is left behind, nor frozen
 		for _, k := range kids {
+			_ = k.cmd.Process.Signal(syscall.SIGCONT)
 			_ = k.cmd.Process.Kill()
 			<-k.done
 		}
@@ -260,6 +274,17 @@ WHERE application_name = 'pooltop-work' AND random() < 0.5`).Scan(&cut)
 			d := cfg.TTL + time.Second
 			c.Proxy.Partition(d)
 			say("network partition for %v (the lease is %v)", d, cfg.TTL)
+		case FaultPause:
+			live := liveKids(kids)
+			if len(live) == 0 {
+				continue
+			}
+			k := live[rng.IntN(len(live))]
+			held, d, err := c.pause(ctx, k, cfg)
+			if err != nil {
+				return sum, err
+			}
+			say("SIGSTOP %s holding %d leases, SIGCONT %.1fs later (the lease is %v)", k.name, held, d.Seconds(), cfg.TTL)
 		}
 		sum.Faults[string(f)]++
 	}
@@ -355,6 +380,14 @@ WHERE application_name = 'pooltop-work' AND random() < 0.5`).Scan(&cut)
 		if err != nil {
 			return sum, fmt.Errorf("read the history of %s: %w", k.name, err)
 		}
+		if !k.resumed.IsZero() {
+			for _, op := range h {
+				if op.Kind == "commit" && op.Outcome == engine.OutcomeRejected &&
+					op.Call >= k.stopped.UnixNano() && op.Call <= k.resumed.Add(cfg.TTL).UnixNano() {
+					sum.ZombieCommitsRejected++
+				}
+			}
+		}
 		ops = append(ops, h...)
 	}
 	if sum.History, err = CheckHistory(ctx, eng, ops); err != nil {
@@ -371,6 +404,62 @@ WHERE application_name = 'pooltop-work' AND random() < 0.5`).Scan(&cut)
 	}
 	sort.Strings(sum.Violations)
 	return sum, nil
+}
+
+// pause freezes k with SIGSTOP once it holds leases (or after 3 s), keeps
+// it frozen until every lease it held has been taken back from it (reaped,
+// its token raised) or three leases' time has passed, and resumes it with
+// SIGCONT. It returns how many leases k held and how long it was frozen.
+func (c *Campaign) pause(ctx context.Context, k *child, cfg Config) (int, time.Duration, error) {
+	type lease struct{ id, token int64 }
+	var held []lease
+	read := func() error {
+		held = held[:0]
+		rows, err := c.Pool.Query(ctx, `
+SELECT r.id, r.lease_token FROM resource_pool r, pooltop_worker w
+WHERE w.name = $1 AND r.status = 'PENDING' AND r.holder LIKE '%-' || w.run_id AND r.leased_until > clock_timestamp()`, k.name)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var l lease
+			if err := rows.Scan(&l.id, &l.token); err != nil {
+				return err
+			}
+			held = append(held, l)
+		}
+		return rows.Err()
+	}
+	_ = waitFor(ctx, 3*time.Second, func() bool { return read() == nil && len(held) > 0 })
+	if err := k.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return 0, 0, nil // it has just exited: nothing to pause
+	}
+	t0 := time.Now()
+	k.stopped = t0
+	// Read again, frozen: what it holds now is what it wakes up believing
+	// it still holds.
+	if err := read(); err != nil {
+		_ = k.cmd.Process.Signal(syscall.SIGCONT)
+		return 0, 0, fmt.Errorf("pause: read the leases of %s: %w", k.name, err)
+	}
+	ids := make([]int64, len(held))
+	tokens := make([]int64, len(held))
+	for i, l := range held {
+		ids[i], tokens[i] = l.id, l.token
+	}
+	_ = waitFor(ctx, 3*cfg.TTL+2*cfg.ReaperInterval+cfg.ReaperGrace+time.Second, func() bool {
+		var still int
+		err := c.Pool.QueryRow(ctx, `SELECT count(*) FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
+JOIN resource_pool r ON r.id = t.id AND r.lease_token = t.token AND r.status = 'PENDING'`, ids, tokens).Scan(&still)
+		return err == nil && still == 0 && time.Since(t0) > cfg.TTL
+	})
+	err := k.cmd.Process.Signal(syscall.SIGCONT)
+	k.resumed = time.Now()
+	if err != nil {
+		return len(held), time.Since(t0), fmt.Errorf("pause: SIGCONT %s: %w", k.name, err)
+	}
+	return len(held), time.Since(t0), nil
 }
 
 // liveKids are the processes that have not exited.
