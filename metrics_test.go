@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/internal/bytesize"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 )
 
@@ -279,18 +280,18 @@ func TestDemoMetricsCarryTheWorkloadCounters(t *testing.T) {
 func TestByteSize(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]int64{"4096": 4096, "500KiB": 500 << 10, "64MiB": 64 << 20, "1g": 1 << 30, "2 MB": 2 << 20} {
-		var b byteSize
+		var b bytesize.Size
 		if err := b.Set(in); err != nil || int64(b) != want {
 			t.Errorf("%q: %d, %v; want %d", in, b, err, want)
 		}
 	}
 	for _, bad := range []string{"", "lots", "-1MiB", "1.5MiB", "99999999999GiB"} {
-		var b byteSize
+		var b bytesize.Size
 		if err := b.Set(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
-	if s := byteSize(64 << 20).String(); s != "64MiB" {
+	if s := bytesize.Size(64 << 20).String(); s != "64MiB" {
 		t.Errorf("64 MiB prints as %s", s)
 	}
 }

@@ -9,7 +9,7 @@ targets=(
   "./engine FuzzPasswordNeverPrinted"
   "./collector FuzzScanRecording"
   "./collector FuzzTableNames"
-  ". FuzzSizeAndDurationFlags"
+  "./internal/bytesize FuzzSizeAndDurationFlags"
 )
 for t in "${targets[@]}"; do
   set -- $t

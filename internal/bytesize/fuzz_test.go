@@ -1,4 +1,4 @@
-package main
+package bytesize
 
 import (
 	"strings"
@@ -16,12 +16,12 @@ func FuzzSizeAndDurationFlags(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		var b byteSize
+		var b Size
 		if err := b.Set(s); err == nil {
 			if b < 0 || int64(b) > 1<<50 {
 				t.Fatalf("size %q read as %d", s, int64(b))
 			}
-			var again byteSize
+			var again Size
 			if err := again.Set(b.String()); err != nil || again != b {
 				t.Fatalf("size %q read as %d, printed %q, read back as %d (%v)", s, int64(b), b.String(), int64(again), err)
 			}
