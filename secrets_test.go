@@ -32,7 +32,7 @@ func TestCommandsNeverPrintAURLPassword(t *testing.T) {
 			}
 			check("--dsn", pooltop(t, args...))
 			t.Setenv("DATABASE_URL", dsn)
-			env := append([]string(nil), args[:len(args)]...)
+			env := append([]string(nil), args...)
 			for i := range env {
 				if env[i] == "--dsn" {
 					env = append(env[:i], env[i+2:]...)
