@@ -1,9 +1,3 @@
-// Package collector polls PostgreSQL (and, in the demo, the workload) for
-// the live signals of a resource pool: counts by status, lock waits and who
-// blocks whom, dead tuples and vacuum, burn rate and time to exhaustion. It
-// keeps them in bounded time series and raises alerts. It never writes: its
-// sessions are read-only, and it is cheap enough to point at a production
-// pool of ten million rows during an incident.
 package collector
 
 import (
