@@ -21,8 +21,11 @@ func newSeedCmd(g *globals) *cobra.Command {
 		Use:   "seed",
 		Short: "Add --count free ids to the pool",
 		Long: `Add --count UNUSED ids to the pool, as a producer decoupled from the
-consumers would, then ANALYZE the table. Identifiers are res-NNNNNNNNNN past
-the highest id, so seeding again adds more.`,
+consumers would, then ANALYZE the table. Each new row takes its id from the
+pool's id sequence and is named after it (res-NNNNNNNNNN, at least 10 digits),
+so seeding again adds more, and seeds running at once never make the same
+identifier. A seed adds exactly --count ids or fails saying how many it added
+and why.`,
 	})
 }
 

@@ -252,7 +252,26 @@ func TestFreshPoolNeverSendsTokensBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = outsider.LeaseCommit(ctx, &engine.LeaseCommitParams{ID: zombie[0].ID, Token: zombie[0].Token, RequestID: "bob-late"})
-	if err == nil {
-		t.Fatal("bob's late commit from before the reset was accepted")
+	if !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("bob's late commit from before the reset: %v; want it rejected (no such id)", err)
+	}
+}
+
+// bench and chaos empty their pool between runs only when nobody else holds
+// it: another holder's live lease makes freshPool fail with one line and
+// leave the pool as it was.
+func TestFreshPoolForBenchRefusesUnderOthersLeases(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 100, pgtest.Options{})
+	d := &database{pool: engine.WrapPool(db.Pool), eng: db.Engine}
+	if _, err := db.Engine.LeaseAcquire(ctx, &engine.LeaseAcquireParams{Holder: "carol", TTL: time.Hour, N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	err := freshPool(ctx, d, 50)
+	if !errors.Is(err, engine.ErrResetRefused) || !strings.Contains(err.Error(), `"carol"`) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("freshPool under carol's live lease: %v; want one line refusing, naming her", err)
+	}
+	var rows int64
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM resource_pool").Scan(&rows); err != nil || rows != 100 {
+		t.Fatalf("after the refusal the pool has %d rows (%v), want its 100", rows, err)
 	}
 }

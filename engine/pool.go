@@ -65,11 +65,26 @@ func (e *Engine) Refill(ctx context.Context, count int) (int64, error) {
 		}
 		inserted += got
 		if got < int64(n) {
-			return inserted, fmt.Errorf("%w: %d of %d, the identifiers made from new ids are taken by rows named otherwise: seed with another producer", ErrSeedShort, inserted, count)
+			return inserted, e.seedShort(ctx, seq, inserted, count)
 		}
 		left -= n
 	}
 	return inserted, nil
+}
+
+// seedShort says why a seed added fewer ids than asked: the id sequence is
+// behind ids inserted by hand (the new ids are taken), or identifiers made
+// from new ids are taken by rows named otherwise.
+func (e *Engine) seedShort(ctx context.Context, seq *string, inserted int64, count int) error {
+	if seq != nil {
+		var top, last *int64
+		err := e.db.QueryRow(ctx, "SELECT (SELECT max(id) FROM resource_pool), pg_sequence_last_value($1::regclass)", *seq).Scan(&top, &last)
+		if err == nil && top != nil && (last == nil || *last < *top) {
+			return fmt.Errorf("%w: %d of %d: the id sequence %s is behind the pool's ids (highest id %d), which rows inserted with ids of their own took: move it past them with SELECT setval('%s', %d), then seed the rest",
+				ErrSeedShort, inserted, count, *seq, *top, *seq, *top)
+		}
+	}
+	return fmt.Errorf("%w: %d of %d: the identifiers made from new ids are taken by rows named otherwise: seed the rest with the producer that named them", ErrSeedShort, inserted, count)
 }
 
 // seedChunk inserts up to n rows in one statement and returns how many. With

@@ -2,8 +2,12 @@ package engine_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
@@ -105,5 +109,93 @@ func TestSeedPastTenDigits(t *testing.T) {
 				t.Fatalf("%d rows, %d distinct identifiers, %d not named after their id; want %d, %d, 0", rows, distinct, short, want, want)
 			}
 		})
+	}
+}
+
+// Producers refilling a partitioned pool while consumers claim from it, as a
+// fleet of drain workers does, never make an identifier twice, so no two
+// holders ever hold the same one; each refill adds what it was asked for.
+func TestRefillRaceNeverDuplicatesAnIdentifier(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 200, pgtest.Options{Partitions: 4, MaxConns: 12})
+	const producers, rounds, each, consumers = 4, 25, 40, 4
+	var wg sync.WaitGroup
+	errs := make(chan error, producers+consumers)
+	done := make(chan struct{})
+	for range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				if n, err := db.Engine.Refill(ctx, each); err != nil || n != each {
+					errs <- fmt.Errorf("refill: added %d of %d (%v)", n, each, err)
+					return
+				}
+			}
+		}()
+	}
+	held := make([][]engine.Lease, consumers)
+	var claims sync.WaitGroup
+	for c := range consumers {
+		claims.Add(1)
+		go func() {
+			defer claims.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				got, err := db.Engine.LeaseAcquire(ctx, &engine.LeaseAcquireParams{Holder: fmt.Sprintf("c%d", c), TTL: time.Hour, N: 5})
+				if err != nil && !errors.Is(err, engine.ErrPoolEmpty) {
+					errs <- fmt.Errorf("claim: %w", err)
+					return
+				}
+				held[c] = append(held[c], got...)
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	claims.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	owner := map[string]string{}
+	for c, leases := range held {
+		for _, l := range leases {
+			if o, ok := owner[l.Identifier]; ok {
+				t.Fatalf("%s held by c%d and %s at once", l.Identifier, c, o)
+			}
+			owner[l.Identifier] = fmt.Sprintf("c%d", c)
+		}
+	}
+	want := int64(200 + producers*rounds*each)
+	if rows, distinct := identifiers(t, ctx, db.Schema); rows != want || distinct != want {
+		t.Fatalf("%d producers refilling %d× %d ids while %d consumers claim: %d rows, %d distinct identifiers; want %d of each",
+			producers, rounds, each, consumers, rows, distinct, want)
+	}
+}
+
+// A seed that cannot add every id says how many it added, why, and what to
+// do: here rows inserted by hand took the ids the sequence gives next.
+func TestSeedSaysWhySequenceIsBehind(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 0, pgtest.Options{})
+	if err := pgtest.Exec(ctx, "INSERT INTO "+db.Schema+".resource_pool (id, identifier) SELECT g, 'hand-' || g FROM generate_series(1, 5000) AS g"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := db.Engine.Seed(ctx, 1000)
+	if !errors.Is(err, engine.ErrSeedShort) || n != 0 || !strings.Contains(err.Error(), "setval") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("seed behind ids inserted by hand: added %d (%v); want 0 and one line saying the sequence is behind", n, err)
+	}
+	var seq string
+	if err := pgtest.PoolQueryRow(ctx, db.Schema, "SELECT pg_get_serial_sequence('resource_pool', 'id')", &seq); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgtest.Exec(ctx, "SELECT setval('"+seq+"', 5000)"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.Engine.Seed(ctx, 1000); err != nil || n != 1000 {
+		t.Fatalf("seed after moving the sequence on as told: added %d (%v)", n, err)
 	}
 }

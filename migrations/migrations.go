@@ -39,22 +39,36 @@ const VersionTable = "pooltop_migrations"
 const lockClass = 0x706f6f6c // "pool"
 
 // lockSchema takes schema's migration lock on conn and returns its release.
-// It waits for as long as ctx allows, not the session's lock_timeout: a
-// migration that builds indexes on a big table holds it for minutes, and
-// the next one should take its turn, not fail.
+// It waits for as long as ctx allows, not the session's lock_timeout or
+// statement_timeout: a migration that builds indexes on a big table holds
+// it for minutes, and the next one should take its turn, not fail.
 func lockSchema(ctx context.Context, conn *pgx.Conn, schema string) (func(), error) {
-	if _, err := conn.Exec(ctx, "SET lock_timeout = 0"); err != nil {
-		return nil, err
-	}
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1, hashtext($2))", lockClass, schema); err != nil {
-		return nil, err
-	}
-	if _, err := conn.Exec(ctx, "RESET lock_timeout"); err != nil {
+	if err := untimed(ctx, conn, "SELECT pg_advisory_lock($1, hashtext($2))", lockClass, schema); err != nil {
 		return nil, err
 	}
 	return func() {
 		conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1, hashtext($2))", lockClass, schema) //nolint:errcheck // the lock also ends with the session
 	}, nil
+}
+
+// untimed runs one statement that may rightly wait or run for minutes (the
+// turn of a migration, a concurrent index build) bounded by ctx only, then
+// gives the session back its own lock_timeout and statement_timeout, under
+// which the other DDL runs. On an error the session is left as it is: Apply
+// ends it.
+func untimed(ctx context.Context, conn *pgx.Conn, sql string, args ...any) error {
+	if _, err := conn.Exec(ctx, "SELECT set_config('lock_timeout', '0', false), set_config('statement_timeout', '0', false)"); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		return err
+	}
+	for _, reset := range []string{"RESET lock_timeout", "RESET statement_timeout"} {
+		if _, err := conn.Exec(ctx, reset); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Origin says how a schema came to hold a pooltop pool; it is kept in
@@ -555,14 +569,12 @@ func firstLine(s string) string {
 }
 
 // runStep runs one planned statement. A concurrent build waits for the
-// transactions older than it without blocking anyone, so it may wait as
-// long as they run: no lock timeout for it.
+// transactions older than it without blocking anyone, then reads the whole
+// table: it may take as long as they run and the table needs, so neither
+// timeout applies to it.
 func runStep(ctx context.Context, conn *pgx.Conn, s Step) error {
 	if s.Concurrent {
-		if _, err := conn.Exec(ctx, "SET lock_timeout = 0"); err != nil {
-			return err
-		}
-		defer conn.Exec(context.Background(), "RESET lock_timeout") //nolint:errcheck // the session ends with Apply
+		return untimed(ctx, conn, s.SQL)
 	}
 	_, err := conn.Exec(ctx, s.SQL)
 	return err

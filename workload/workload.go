@@ -638,28 +638,29 @@ func (wk *worker) commit(ctx context.Context, cfg *Config, leases []engine.Lease
 			items[i] = engine.CommitItem{ID: l.ID, Token: l.Token, RequestID: reqID(l)}
 		}
 		_, errs, err := wk.w.eng.LeaseCommitBatch(ctx, wk.name, items)
-		if err != nil {
+		if err != nil && !unknownOutcome(err) {
 			s.fail(err)
 			return
 		}
-		for _, e := range errs {
-			wk.countCommit(e, 0)
+		for i, l := range leases {
+			// The batch's answer was lost (err), or one item's fate could
+			// not be read: resolve it by its request id.
+			var res engine.CommitResult
+			e := err
+			if e == nil {
+				e = errs[i]
+			}
+			if unknownOutcome(e) {
+				res, e = wk.resolveCommit(ctx, cfg, l, items[i].RequestID, e)
+			}
+			wk.countCommit(e, res.PriorEffects)
 		}
 		return
 	}
 	for _, l := range leases {
 		res, err := wk.commitOne(ctx, cfg, l, wk.name, reqID(l), pauseAfterCheck)
-		// No answer (the connection was cut, the server restarted): the
-		// commit may or may not have happened. Try again with the same
-		// request id, backing off, as an application with an idempotency
-		// key does: the ledger replays it if it happened, the fence
-		// refuses it if the lease has passed meanwhile.
-		for try := 0; err != nil && classify(err) == ErrClassConn && try < 8; try++ {
-			s.add(cAckLost, 1)
-			wk.sleep(wk.backoff(err))
-			if res, err = wk.commitOne(ctx, cfg, l, wk.name, reqID(l), false); err == nil && res.Replayed {
-				s.add(cReplayed, 1)
-			}
+		if unknownOutcome(err) {
+			res, err = wk.resolveCommit(ctx, cfg, l, reqID(l), err)
 		}
 		wk.countCommit(err, res.PriorEffects)
 		if err != nil || res.Replayed || cfg.AckLoss == 0 || wk.rng.Float64() >= cfg.AckLoss {
@@ -685,6 +686,30 @@ func (wk *worker) commit(ctx context.Context, cfg *Config, leases []engine.Lease
 		}
 		wk.countCommit(err, res.PriorEffects)
 	}
+}
+
+// unknownOutcome reports whether a commit that failed with err may or may
+// not have happened: no answer came (the connection was cut, the server
+// restarted), or a batched item's fate could not be read.
+func unknownOutcome(err error) bool {
+	return err != nil && (classify(err) == ErrClassConn || errors.Is(err, engine.ErrOutcomeUnknown))
+}
+
+// resolveCommit settles a commit of l whose outcome is unknown (err): it
+// commits again with the same request id, backing off, as an application
+// with an idempotency key does: the ledger replays it if it happened, the
+// fence refuses it if the lease has passed meanwhile.
+func (wk *worker) resolveCommit(ctx context.Context, cfg *Config, l engine.Lease, reqID string, err error) (engine.CommitResult, error) {
+	s := wk.shard
+	var res engine.CommitResult
+	for try := 0; unknownOutcome(err) && try < 8; try++ {
+		s.add(cAckLost, 1)
+		wk.sleep(wk.backoff(err))
+		if res, err = wk.commitOne(ctx, cfg, l, wk.name, reqID, false); err == nil && res.Replayed {
+			s.add(cReplayed, 1)
+		}
+	}
+	return res, err
 }
 
 func (wk *worker) countCommit(err error, prior int) {
