@@ -1,0 +1,175 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/charmbracelet/x/term"
+	"github.com/spf13/cobra"
+
+	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/demo"
+	"github.com/pooltop-dev/pooltop/tui"
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+// demoOptions are the flags of the demo (pooltop with no command), and the
+// workload's configuration validate makes of them.
+type demoOptions struct {
+	poolSize int
+	workers  int
+	scenario string
+	maxConns int
+	// partitions: create the pool hash-partitioned on id in this many partitions.
+	partitions int
+	reaper     engine.ReaperConfig
+	watch      watchOptions
+
+	cfg workload.Config   // the workload's, made by validate
+	sc  workload.Scenario // the scenario it starts with
+}
+
+func (o *demoOptions) addFlags(c *cobra.Command, g *globals) {
+	f := c.Flags()
+	f.IntVar(&o.poolSize, "pool-size", 0, "ids in the pool: created when it is empty, and in each scenario's fresh pool (default: the scenario's, 200,000; drain a tenth)")
+	f.IntVar(&o.workers, "workers", 0, "simulated workers at start (default: the scenario's)")
+	f.StringVar(&o.scenario, "scenario", "healthy", "the scenario preset to start with (see pooltop chaos --help)")
+	f.IntVar(&o.maxConns, "max-conns", 16, "connections the workers share")
+	partitionsFlag(c, &o.partitions)
+	f.DurationVar(&o.reaper.Interval, "reaper-interval", time.Second, "time between reaper passes")
+	f.IntVar(&o.reaper.Batch, "reaper-batch", 1000, "rows per reaper statement")
+	f.DurationVar(&o.reaper.Grace, "reaper-grace", 0, "reclaim only leases expired for longer than this")
+	f.BoolVar(&o.watch.headless, "headless", false, "print one line per poll instead of the dashboard")
+	f.DurationVar(&o.watch.interval, "interval", time.Second, "time between polls (0.25s to 60s)")
+	f.IntVar(&o.watch.count, "count", 0, "with --headless: stop after this many polls (0: until Ctrl-C)")
+	g.allowWritesFlag(c, "with --dsn: run even where pooltop did not create the pool (its ids are consumed)")
+	o.watch.sink.addFlags(c)
+}
+
+// isTerminal reports whether the dashboard can run here.
+func isTerminal() bool { return term.IsTerminal(os.Stdout.Fd()) && term.IsTerminal(os.Stdin.Fd()) }
+
+// useColor honours NO_COLOR (https://no-color.org).
+func useColor() bool { return os.Getenv("NO_COLOR") == "" }
+
+func (o *demoOptions) validate(g *globals) error {
+	if o.poolSize < 0 || o.poolSize > engine.MaxSeed {
+		return usageError{fmt.Errorf("--pool-size %d: give between 1 and %d", o.poolSize, engine.MaxSeed)}
+	}
+	if o.maxConns < 1 || o.maxConns > 256 {
+		return usageError{fmt.Errorf("--max-conns %d: between 1 and 256", o.maxConns)}
+	}
+	if err := checkPartitionsFlag(o.partitions); err != nil {
+		return err
+	}
+	sc, err := workload.ScenarioByName(o.scenario)
+	if err != nil {
+		return usageError{err}
+	}
+	o.sc = sc
+	cfg := demo.ScenarioConfig(sc, 1)
+	if o.workers != 0 {
+		cfg.Workers = o.workers
+	}
+	cfg.ReaperInterval, cfg.ReaperBatch, cfg.ReaperGrace = o.reaper.Interval, o.reaper.Batch, o.reaper.Grace
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	o.cfg = cfg
+	if err := checkVacuumOff(g, cfg); err != nil {
+		return err
+	}
+	if err := o.watch.checkCount(); err != nil {
+		return err
+	}
+	if err := o.watch.sink.validate(); err != nil {
+		return err
+	}
+	return checkInterval(o.watch.interval)
+}
+
+// run starts (or connects to) the database, creates the schema and a pool,
+// runs the workload with its reaper, and shows the dashboard; on a terminal
+// that is not one (or with --headless) it prints a line per poll. Quitting
+// stops the workload, the reaper and the embedded server.
+func (o *demoOptions) run(ctx context.Context, g *globals) error {
+	cfg := o.cfg
+	metrics, err := o.watch.sink.serveMetrics(g)
+	if err != nil {
+		return err
+	}
+	defer metrics.close()
+	d, err := g.open(ctx, openOptions{appName: "pooltop-workload", maxConns: int32(o.maxConns), write: true, migrate: true, load: true, partitions: o.partitions})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+
+	var existing int64
+	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM resource_pool").Scan(&existing); err != nil {
+		return fmt.Errorf("count the pool: %w", err)
+	}
+	st := &demo.Stage{DB: d.pool, Engine: d.eng, Size: o.poolSize, Rebuild: d.embedded != nil || !g.allowWrites}
+	if err := st.Check(cfg); err != nil {
+		return usageError{err}
+	}
+	if existing == 0 {
+		start := time.Now()
+		size := st.PoolSize(o.sc)
+		if _, err := d.eng.Seed(ctx, size); err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stderr, "pooltop: created %d ids in %.2fs\n", size, time.Since(start).Seconds())
+	}
+
+	wl, err := workload.New(d.eng, cfg)
+	if err != nil {
+		return usageError{err}
+	}
+	wl.Start(ctx)
+	defer wl.Stop()
+
+	col, err := collector.New(ctx, collector.Config{DSN: d.dsn, Table: g.schema + ".resource_pool",
+		Alerts: collector.AlertConfig{ExpiredAfter: cfg.ReaperInterval + cfg.ReaperGrace}, Workload: wl})
+	if err != nil {
+		return err
+	}
+	defer col.Close()
+	st.Workload, st.Collector = wl, col
+	src, err := o.watch.sink.tap(g, col, metrics, "demo", o.watch.interval)
+	if err != nil {
+		return err
+	}
+	defer src.close()
+
+	server := ""
+	if d.embedded != nil {
+		server = fmt.Sprintf("embedded 127.0.0.1:%d", d.embedded.Port())
+	}
+	if o.watch.headless || !isTerminal() {
+		on := "on " + g.redact(d.dsn)
+		if d.embedded != nil {
+			on = "on the throwaway server, DATABASE_URL=" + d.dsn
+		}
+		fmt.Fprintf(g.stderr, "pooltop demo (headless) %s; Ctrl-C stops it\n", on)
+		return runHeadless(ctx, g, src, &o.watch)
+	}
+	return tui.Run(ctx, tui.Options{Source: src, Knobs: st, Mode: "demo", Server: server, Interval: o.watch.interval,
+		Color: useColor(), Scenario: o.sc.Name, Actions: &demo.Actor{DB: d.pool, Engine: d.eng, Collector: col}})
+}
+
+// checkVacuumOff refuses a start with autovacuum off (the vacuum-off story)
+// where the pool may not be pooltop's: with --allow-writes on a --dsn the
+// demo and work run on pools pooltop did not create, and turning a user's
+// autovacuum off is not theirs to do. (The dashboard's keys are checked by
+// the stage the same way.)
+func checkVacuumOff(g *globals, cfg workload.Config) error {
+	if !cfg.Autovacuum && g.dsn != "" && g.allowWrites {
+		return usageError{errors.New("--scenario vacuum-off turns autovacuum off for the pool: refused with --allow-writes, where the pool may not be pooltop's; run it on the throwaway server or on a pool made by pooltop migrate, without --allow-writes")}
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// A URL password with a raw /, @, : or % makes the URL unparseable, or
+// parses into a host, port or database made of pieces of it: no command
+// prints any piece, whether the URL comes from --dsn or DATABASE_URL.
+func TestCommandsNeverPrintAURLPassword(t *testing.T) {
+	for _, pw := range []string{"Abxq/Cdzw+Efyv=", "Sexq@crzw:etyv/Pwku", "pcxq%zzSecret", "Secxq:ret99"} {
+		dsn := "postgresql://bob:" + pw + "@127.0.0.1:1/app"
+		pieces := strings.FieldsFunc(pw, func(r rune) bool { return strings.ContainsRune("/@:%=+", r) })
+		for _, args := range [][]string{
+			{"migrate", "--dsn", dsn},
+			{"verify", "--dsn", dsn},
+			{"watch", "--dsn", dsn, "--headless", "--count", "1"},
+			{"doctor", "--dsn", dsn},
+			{"lease", "show", "--id", "1", "--dsn", dsn},
+		} {
+			check := func(how string, r result) {
+				t.Helper()
+				if r.code == 0 {
+					t.Fatalf("%s %s: exit 0 on a server that is not there", how, args[0])
+				}
+				for _, p := range pieces {
+					if len(p) >= 3 && strings.Contains(r.stdout+r.stderr, p) {
+						t.Fatalf("%s %s with password %q printed %q: %s", how, args[0], pw, p, r.stderr)
+					}
+				}
+			}
+			check("--dsn", pooltop(t, args...))
+			t.Setenv("DATABASE_URL", dsn)
+			env := append([]string(nil), args...)
+			for i := range env {
+				if env[i] == "--dsn" {
+					env = append(env[:i], env[i+2:]...)
+					break
+				}
+			}
+			check("DATABASE_URL", pooltop(t, env...))
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/termtext"
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+// Stage is the demo as the dashboard drives it (tui.Knobs): the workload's
+// knobs, each change written to the event log, and the scenarios, each of
+// which starts on a fresh pool of its own size so that the story it tells
+// is its own: the ids leaked or finalized twice before belong to the
+// scenario that made them.
+type Stage struct {
+	DB        *engine.Pool // the workload's pool, on the demo's schema
+	Engine    *engine.Engine
+	Workload  *workload.Workload
+	Collector *collector.Collector
+	// Size, when not 0, is the pool size the user asked for (--pool-size),
+	// which scales each scenario's own.
+	Size int
+	// Rebuild: the pool may be emptied and seeded again, because pooltop
+	// made it (the throwaway server, or --dsn without --allow-writes, where
+	// the demo runs only on a pool pooltop created). On a pool the user let
+	// the demo run on with --allow-writes, a scenario only turns the knobs.
+	Rebuild bool
+
+	mu sync.Mutex // one scenario switch at a time
+}
+
+// Config is the workload's knobs in force.
+func (s *Stage) Config() workload.Config { return s.Workload.Config() }
+
+// errVacuumNotOurs refuses to turn autovacuum off on a pool pooltop did not create.
+var errVacuumNotOurs = errors.New("refusing to turn autovacuum off: pooltop did not create this pool (the demo runs on it with --allow-writes); vacuum-off runs on the embedded server or a pool made by pooltop migrate")
+
+// Check refuses knobs the pool is not the demo's to take: autovacuum off
+// only on a pool pooltop made.
+func (s *Stage) Check(c workload.Config) error {
+	if !c.Autovacuum && !s.Rebuild {
+		return errVacuumNotOurs
+	}
+	return nil
+}
+
+// SetConfig turns knobs and logs each change.
+func (s *Stage) SetConfig(c workload.Config) error {
+	if err := s.Check(c); err != nil {
+		return err
+	}
+	before := s.Workload.Config()
+	if err := s.Workload.SetConfig(c); err != nil {
+		return err
+	}
+	for _, ch := range c.Changes(before) {
+		s.Collector.Note(collector.EventKnob, ch)
+	}
+	return nil
+}
+
+// Reset starts the counters, charts and alerts again from zero.
+func (s *Stage) Reset() {
+	s.Workload.Reset()
+	s.Collector.Reset(false)
+	s.Collector.Note(collector.EventReset, "counters, charts and alerts reset")
+}
+
+// ScenarioConfig is a scenario's knobs in the demo: its producer keeps the
+// pool topped up (it adds what the workers consume), unless the scenario
+// sets its own refill rate, as drain does.
+func ScenarioConfig(sc workload.Scenario, seed uint64) workload.Config {
+	c := sc.Config(seed)
+	c.KeepUp = c.Refill == 0
+	return c
+}
+
+// PoolSize is the size of a scenario's fresh pool: its own, or, with
+// --pool-size, that size scaled as the scenario's own is to the healthy
+// default's (drain's pool is a tenth, to run dry while the audience watches).
+func (s *Stage) PoolSize(sc workload.Scenario) int {
+	if s.Size == 0 {
+		return sc.PoolSize
+	}
+	return max(s.Size*sc.PoolSize/workload.Scenarios[0].PoolSize, 100)
+}
+
+// errNotOurs refuses to empty a pool pooltop did not create.
+var errNotOurs = errors.New("refusing to empty this pool for a fresh one: pooltop did not create it (the demo runs on it with --allow-writes); the scenario's knobs are set on the pool as it is")
+
+// Play starts scenario i of workload.Scenarios (its Key on the dashboard): it stops the
+// fleet, makes a fresh pool of the scenario's size, resets the counters,
+// charts and alerts, and starts the scenario's knobs.
+func (s *Stage) Play(i int) error {
+	if i < 0 || i >= len(workload.Scenarios) {
+		return fmt.Errorf("scenario %d: choose 0 to %d", i, len(workload.Scenarios)-1)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sc := workload.Scenarios[i]
+	cfg := ScenarioConfig(sc, s.Workload.Config().Seed)
+	if err := s.Check(cfg); err != nil {
+		return fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+	if !s.Rebuild {
+		if err := s.Workload.SetConfig(cfg); err != nil {
+			return err
+		}
+		s.Workload.Reset()
+		s.Collector.Reset(false)
+		s.Collector.Note(collector.EventScenario, fmt.Sprintf("scenario %s %s on the pool as it is (not pooltop's to empty): expect %s", sc.Key, sc.Name, sc.Expect))
+		return nil
+	}
+	size := s.PoolSize(sc)
+	if err := s.fresh(ctx, size); err != nil {
+		return fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+	if err := s.Workload.SetConfig(cfg); err != nil {
+		return err
+	}
+	s.Collector.Note(collector.EventScenario, fmt.Sprintf("scenario %s %s on a fresh pool of %s ids: expect %s",
+		sc.Key, sc.Name, termtext.Count(int64(size)), sc.Expect))
+	return nil
+}
+
+// Fresh makes a fresh pool of the same size for the knobs in force.
+func (s *Stage) Fresh() error {
+	if !s.Rebuild {
+		return errNotOurs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var total int64
+	if err := s.DB.QueryRow(ctx, "SELECT count(*) FROM resource_pool").Scan(&total); err != nil {
+		return fmt.Errorf("count the pool: %w", err)
+	}
+	size := int(min(max(total, 1), engine.MaxSeed))
+	if s.Size != 0 {
+		size = s.Size
+	}
+	cfg := s.Workload.Config()
+	if err := s.fresh(ctx, size); err != nil {
+		return err
+	}
+	if err := s.Workload.SetConfig(cfg); err != nil {
+		return err
+	}
+	s.Collector.Note(collector.EventScenario, fmt.Sprintf("a fresh pool of %s ids", termtext.Count(int64(size))))
+	return nil
+}
+
+// fresh stops the workers, the producer and the reaper, empties the pool
+// and the ledger, seeds size ids and resets every figure. The caller
+// restarts the workload with the knobs it wants.
+func (s *Stage) fresh(ctx context.Context, size int) error {
+	before := s.Workload.Config()
+	calm := before
+	calm.Workers, calm.Refill, calm.KeepUp, calm.Reaper = 0, 0, false, false
+	if err := s.Workload.SetConfig(calm); err != nil {
+		return err
+	}
+	// Workers finish their cycle or release their ids; a frozen one wakes.
+	for deadline := time.Now().Add(time.Minute); ; {
+		if w := s.Workload.Snapshot(); w.Workers == 0 && w.Stopping == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the workers did not stop within a minute")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// Refused (someone else holds leases on this pool), the pool and the
+	// figures stay as they were and the workload goes on.
+	if err := s.Engine.ResetPool(ctx, s.Workload.RunID()); err != nil {
+		if rerr := s.Workload.SetConfig(before); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
+	s.Collector.Suspend()
+	defer s.Collector.Reset(true) // also when the rebuild fails: the old figures are void
+	if _, err := s.Engine.Seed(ctx, size); err != nil {
+		return err
+	}
+	if _, err := s.DB.Exec(ctx, "ANALYZE resource_pool"); err != nil {
+		return fmt.Errorf("analyze the pool: %w", err)
+	}
+	s.Workload.Forget()
+	s.Workload.Reset()
+	return nil
+}
