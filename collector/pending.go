@@ -211,7 +211,9 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	// its floor; their age does not mark the figures estimated. On a
 	// healthy pool such a slice spans every claim consumed since the last
 	// vacuum, each a dead index entry that a count reads.
-	for q.oldest = 0; q.oldest < last && p.slices[q.oldest].settled(); q.oldest++ {
+	q.oldest = 0
+	for q.oldest < last && p.slices[q.oldest].settled() {
+		q.oldest++
 	}
 	every(q.oldest)
 	every(last)

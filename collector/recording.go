@@ -48,13 +48,13 @@ type Recorder struct {
 }
 
 // NewRecorder opens (appending) or creates path and writes h to it.
-func NewRecorder(path string, max int64, h RecordingHeader) (*Recorder, error) {
+func NewRecorder(path string, maxBytes int64, h RecordingHeader) (*Recorder, error) {
 	h.Format = RecordingFormat
 	line, err := json.Marshal(h)
 	if err != nil {
 		return nil, err
 	}
-	r := &Recorder{path: path, max: max, header: append(line, '\n')}
+	r := &Recorder{path: path, max: maxBytes, header: append(line, '\n')}
 	if err := r.open(); err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ type Process struct {
 	Heartbeat time.Duration // how often it beats: readers call it gone after three missed beats
 }
 
-// ErrNameTaken: another live process registered under the name.
+// ErrNameTaken is returned when another live process registered under the name.
 var ErrNameTaken = errors.New("name taken")
 
 // Register records p in pooltop_worker, or refuses with ErrNameTaken when a

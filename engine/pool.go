@@ -35,7 +35,7 @@ func (e *Engine) Seed(ctx context.Context, count int) (int64, error) {
 	return inserted, nil
 }
 
-// ErrSeedShort: a seed could not add every id it was asked for.
+// ErrSeedShort is returned when a seed could not add every id it was asked for.
 var ErrSeedShort = errors.New("seed added fewer ids than asked")
 
 // seedRetries bounds the statements a chunk may take when identifiers made

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// ErrResetRefused: someone other than the caller holds a live lease in the
+// ErrResetRefused is returned when someone other than the caller holds a live lease in the
 // pool, or a live `pooltop work` process runs on it.
 var ErrResetRefused = errors.New("reset refused")
 

@@ -76,12 +76,12 @@ func untimed(ctx context.Context, conn *pgx.Conn, sql string, args ...any) error
 type Origin string
 
 const (
-	// OriginNone: no pooltop marker; pooltop did not set this schema up.
+	// OriginNone means no pooltop marker: pooltop did not set this schema up.
 	OriginNone Origin = ""
-	// OriginCreated: pooltop created the pool table (or a version of pooltop
+	// OriginCreated means pooltop created the pool table (or a version of pooltop
 	// that did not yet record the origin set the schema up).
 	OriginCreated Origin = "created"
-	// OriginAdopted: the pool existed and `migrate --allow-writes` adopted it.
+	// OriginAdopted means the pool existed and `migrate --allow-writes` adopted it.
 	// Commands that generate load refuse it unless told otherwise.
 	OriginAdopted Origin = "adopted"
 )
@@ -93,10 +93,10 @@ const (
 )
 
 var (
-	// ErrForeignPool: the schema holds a resource_pool that pooltop did not
+	// ErrForeignPool means the schema holds a resource_pool that pooltop did not
 	// create, and the caller did not allow adopting it.
 	ErrForeignPool = errors.New("resource_pool was not created by pooltop")
-	// ErrIncompatible: the existing resource_pool cannot be adopted as it is.
+	// ErrIncompatible means the existing resource_pool cannot be adopted as it is.
 	ErrIncompatible = errors.New("resource_pool cannot be adopted")
 )
 
@@ -262,7 +262,7 @@ const (
 	MaxPartitions = 256
 )
 
-// ErrPartitions: the partitioning asked for cannot be had on this schema.
+// ErrPartitions means the partitioning asked for cannot be had on this schema.
 var ErrPartitions = errors.New("cannot partition resource_pool")
 
 // Result is what Apply did (or, with DryRun, would do).

@@ -222,11 +222,7 @@ type Summary struct {
 // OK reports whether the scenario's expected invariants held.
 func (s Summary) OK() bool { return len(s.Violations) == 0 }
 
-// Chaos runs a scenario headless for d, then stops the faults and the
-// workers, lets the reaper catch up (TTL + 2 reaper intervals + grace),
-// audits the database and summarises. The pool must already hold the
-// scenario's ids. progress, if not nil, gets a line per second.
-// ErrOutage: the database was unreachable during a chaos run.
+// ErrOutage means the database was unreachable during a chaos run.
 var ErrOutage = errors.New("the database was unreachable during the run")
 
 // outage names a lost connection as the outage it is.
@@ -237,6 +233,10 @@ func outage(err error) error {
 	return err
 }
 
+// Chaos runs a scenario headless for d, then stops the faults and the
+// workers, lets the reaper catch up (TTL + 2 reaper intervals + grace),
+// audits the database and summarises. The pool must already hold the
+// scenario's ids. progress, if not nil, gets a line per second.
 func Chaos(ctx context.Context, eng *engine.Engine, sc Scenario, d time.Duration, seed uint64, override func(*Config), progress func(Snapshot)) (Summary, error) {
 	cfg := sc.Config(seed)
 	if override != nil {

@@ -24,6 +24,8 @@ func (b Size) String() string {
 	return strconv.FormatInt(int64(b), 10)
 }
 
+// Set reads a size such as 64MiB, 500KB or 1024 (bytes); it is the
+// pflag.Value that --record-max is.
 func (b *Size) Set(s string) error {
 	t := strings.ToUpper(strings.TrimSpace(s))
 	mult := int64(1)
@@ -44,4 +46,5 @@ func (b *Size) Set(s string) error {
 	return nil
 }
 
+// Type names the value in --help.
 func (b *Size) Type() string { return "size" }

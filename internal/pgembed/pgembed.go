@@ -117,8 +117,8 @@ var defaultSettings = map[string]string{
 func FindBinaries() (dir string, err error) {
 	if p, err := exec.LookPath("initdb"); err == nil {
 		var cands []string
-		if real, err := filepath.EvalSymlinks(p); err == nil {
-			cands = append(cands, filepath.Dir(real))
+		if resolved, err := filepath.EvalSymlinks(p); err == nil {
+			cands = append(cands, filepath.Dir(resolved))
 		}
 		cands = append(cands, filepath.Dir(p))
 		for _, d := range cands {

@@ -63,7 +63,7 @@ func alive(pid int) bool {
 		return false
 	}
 	i := bytes.LastIndexByte(stat, ')')
-	return !(i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
 
 // ourDirs lists the pooltop-pg-<our pid>-* directories in pgembed.BaseDir().
@@ -376,12 +376,12 @@ func TestPortTakenRetries(t *testing.T) {
 	defer taken.Close()
 	takenPort := taken.Addr().(*net.TCPAddr).Port
 	calls := 0
-	restore := pgembed.SetFreePort(func(real func() (int, error)) (int, error) {
+	restore := pgembed.SetFreePort(func(pick func() (int, error)) (int, error) {
 		calls++
 		if calls == 1 {
 			return takenPort, nil // as if another process grabbed it first
 		}
-		return real()
+		return pick()
 	})
 	defer restore()
 	srv := startServer(t, pgembed.Options{})

@@ -55,7 +55,7 @@ func Run(m *testing.M) int {
 			return 1
 		}
 		server = s
-		defer s.Stop()
+		defer func() { _ = s.Stop() }()
 		dsn = s.DSN()
 	}
 	return m.Run()
