@@ -215,7 +215,7 @@ func TestCountsOnEveryShape(t *testing.T) {
 // lock wait on the pool.
 func TestPartitionedPoolStatisticsAndLockWaits(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	schema := shapes[3].build(t, 8000)
 	// Dead tuples in one partition: update its rows twice, on a connection
@@ -234,7 +234,7 @@ func TestPartitionedPoolStatisticsAndLockWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool", Alerts: collector.AlertConfig{LockWait: 50 * time.Millisecond}})
-	s := pollUntil(t, c, "partition statistics", func(s collector.Snapshot) bool {
+	s := pollWithin(t, c, "partition statistics", 45*time.Second, func(s collector.Snapshot) bool {
 		return s.LiveTuples == 8000 && s.DeadTuples > 0 && s.WorstPartition != nil && s.WorstPartition.Name == "resource_pool_5"
 	})
 	if s.WorstPartition.Partitions != 8 || s.WorstPartition.DeadRatio <= 0 || s.Pool.Total != 8000 {
