@@ -21,7 +21,7 @@ type census struct {
 	byTID  bool
 	width  int64 // pages (TID) or ids per range
 	ranges int64 // ranges in the table at the last poll
-	counts map[int64]crange
+	counts map[int64]censusRange
 	read   int64 // ranges [0, read) have all been read
 	size0  int64 // ranges at the first poll: those above were added since
 	grown  int64 // ranges [size0, grown) have all been read
@@ -29,8 +29,8 @@ type census struct {
 	per    pace // ranges read per poll, adapted to the server time it costs
 }
 
-// crange is what one range of the table held when it was read.
-type crange struct {
+// censusRange is what one range of the table held when it was read.
+type censusRange struct {
 	pending, expired, expiredOld, stuck int64
 	oldest                              *time.Time
 	at                                  time.Time
@@ -46,14 +46,14 @@ const (
 // censusQuery is one poll's plan and results.
 type censusQuery struct {
 	ks    []int64 // the ranges read
-	got   map[int64]crange
+	got   map[int64]censusRange
 	rotMS float64
 	size  int64 // pages (TID) or the highest id, read in the same statement
 }
 
 func (c *census) plan() *censusQuery {
 	if c.counts == nil {
-		c.counts, c.per = map[int64]crange{}, pace{n: censusInitPer, lo: 1, hi: censusMaxPer, step: 1}
+		c.counts, c.per = map[int64]censusRange{}, pace{n: censusInitPer, lo: 1, hi: censusMaxPer, step: 1}
 		c.width = censusIDs
 		if c.byTID {
 			c.width = censusPages
@@ -65,11 +65,8 @@ func (c *census) plan() *censusQuery {
 	// Ranges never read go first, those the table grew by since the first
 	// poll before the rest of the first pass. Until a range is read the
 	// figures scale the others' counts to it, and the pages a load has just
-	// added hold the rows it moved, not the pool's mix: a 10 M-row pool
-	// without a PENDING index read 1,020,951 PENDING ids for 1,000,000
-	// after a 16-client claim load (BenchmarkPollShapes/hand-built) while
-	// the cursor went its way, and 510,834 stuck ids for 500,000 while the
-	// first pass read its way up to them. What the pace leaves goes on with
+	// added hold the rows it moved, not the pool's mix, and scaled from the
+	// others they put the figures 2% off. What the pace leaves goes on with
 	// the pass from its cursor (at 0 through the first pass), so that a
 	// table that grows at every poll does not stop it.
 	q := &censusQuery{}
@@ -129,9 +126,9 @@ SELECT clock_timestamp(), %[5]s, ARRAY(SELECT row(g.k, r.pending, r.expired, r.e
 		if err := row.Scan(&t0, &q.size, &rows, &t1); err != nil {
 			return fmt.Errorf("pending ids (table scan): %w", err)
 		}
-		q.got = map[int64]crange{}
+		q.got = map[int64]censusRange{}
 		for _, r := range rows {
-			q.got[r.k] = crange{pending: r.pending, expired: r.expired, expiredOld: r.expiredOld, stuck: r.stuck, oldest: finite(r.oldest)}
+			q.got[r.k] = censusRange{pending: r.pending, expired: r.expired, expiredOld: r.expiredOld, stuck: r.stuck, oldest: finite(r.oldest)}
 		}
 		q.rotMS = float64(t1.Sub(t0).Microseconds()) / 1000
 		return nil
@@ -176,7 +173,7 @@ func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration
 	oldest := now
 	// The sums and the ranges read, of the table as it was at the first
 	// poll (0) and of what it grew by (1).
-	var sum [2]crange
+	var sum [2]censusRange
 	var n [2]int64
 	for k, r := range c.counts {
 		i := 0
@@ -198,8 +195,8 @@ func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration
 	}
 	// Ranges not read yet hold what those read in the same part of the
 	// table do: the pages a load added hold the rows it moved, not the
-	// pool's mix (scaled from the first part's, the new ranges read early
-	// took the expired figure of a 10 M-row pool 13% low). The new part
+	// pool's mix (scaled from the first part's, they took the expired
+	// figure 13% low). The new part
 	// takes the first's mix only while none of it has been read.
 	size, read := [2]int64{c.size0, c.ranges - c.size0}, sum
 	for i := range sum {

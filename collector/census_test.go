@@ -21,9 +21,9 @@ func TestCensusReadsNewRangesFirst(t *testing.T) {
 	c := census{byTID: true}
 	read := func(ranges int64) (*censusQuery, pendingFigures) {
 		q := c.plan()
-		q.size, q.got = ranges*censusPages, map[int64]crange{}
+		q.size, q.got = ranges*censusPages, map[int64]censusRange{}
 		for _, k := range q.ks {
-			q.got[k] = crange{pending: truth(k)}
+			q.got[k] = censusRange{pending: truth(k)}
 		}
 		f := c.absorb(q, now, time.Millisecond)
 		c.per = pace{n: 3, lo: 3, hi: 3, step: 1} // three ranges a poll
@@ -77,12 +77,12 @@ func TestCensusReadsGrowthBeforeTheFirstPassEnds(t *testing.T) {
 	var f pendingFigures
 	read := func(ranges int64) *censusQuery {
 		q := c.plan()
-		q.size, q.got = ranges*censusPages, map[int64]crange{}
+		q.size, q.got = ranges*censusPages, map[int64]censusRange{}
 		for _, k := range q.ks {
 			if k < 10 { // 10 PENDING rows in each range of the first 10, none in the new ones
-				q.got[k] = crange{pending: 10, expired: 5}
+				q.got[k] = censusRange{pending: 10, expired: 5}
 			} else {
-				q.got[k] = crange{}
+				q.got[k] = censusRange{}
 			}
 		}
 		f = c.absorb(q, now, time.Millisecond)

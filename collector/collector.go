@@ -67,13 +67,10 @@ type Config struct {
 	// while a statement's own time on the server stays under it, its share
 	// doubles; past twice that, it halves. Default 400 µs: on a busy server
 	// a statement that needs more CPU than the slice its backend gets on
-	// waking waits behind every runnable process for a second one (under
-	// 16 clients on 2 cores, BenchmarkPollShapes with this and the
-	// session's other changes: the ordered pool's poll 9.9 -> 8.5 ms, the
-	// leak's 9.0 -> 7.8 ms, against 1 ms before them). The table scan
-	// keeps at least 1 ms: it is the only count of PENDING there, and its
-	// pace is the age of those figures (at 400 µs the figures took 10 polls
-	// to come within 2%, against 6).
+	// waking waits behind every runnable process for a second one. The
+	// table scan keeps at least 1 ms: it is the only count of PENDING
+	// there, and its pace is the age of those figures. (Measured in
+	// docs/benchmarks.md, "The collector's choices".)
 	CountBudget time.Duration
 	Alerts      AlertConfig
 	Workload    WorkloadSource
@@ -492,44 +489,41 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	// poll's longest burst longer still). Each backend then has about a
 	// third of the poll's work, which on a busy server fits in the time
 	// slice it gets on waking instead of waiting behind every runnable
-	// process for a second one. (A fourth session, counting half the
-	// PENDING ranges of a partitioned pool, made its polls slower: 7.0
-	// against 3.7 ms idle, 14.2 against 12.5 ms under 16 clients, in
-	// BenchmarkPollShapes.)
-	b, ub, pb := &pgx.Batch{}, &pgx.Batch{}, &pgx.Batch{}
-	c.queueServer(b, &s)
-	uq := c.unused.plan(start)
-	sweep := pb
+	// process for a second one. (A fourth session made polls slower.)
+	serverBatch, unusedBatch, pendingBatch := &pgx.Batch{}, &pgx.Batch{}, &pgx.Batch{}
+	c.queueServer(serverBatch, &s)
+	unusedQ := c.unused.plan(start)
+	sweep := pendingBatch
 	if !c.byIndex() {
-		sweep = ub
+		sweep = unusedBatch
 	}
-	uq.queue(ub, sweep, c.t.qualified, c.unused.width)
-	pqs := c.queueParts(b, start)
-	a := c.cfg.Alerts
-	var pq *pendingQuery
-	var cq *censusQuery
+	unusedQ.queue(unusedBatch, sweep, c.t.qualified, c.unused.width)
+	partsQ := c.queueParts(serverBatch, start)
+	alerts := c.cfg.Alerts
+	var pendingQ *pendingQuery
+	var censusQ *censusQuery
 	if c.byIndex() {
-		pq = c.pending.plan(start, a.ExpiredAfter, c.cfg.StuckAfter)
-		pq.queue(pb, c.t.qualified, c.t.pendingIndex, c.t.hasUpdated, c.pending.slices)
+		pendingQ = c.pending.plan(start, alerts.ExpiredAfter, c.cfg.StuckAfter)
+		pendingQ.queue(pendingBatch, c.t.qualified, c.t.pendingIndex, c.t.hasUpdated, c.pending.slices)
 	} else {
-		cq = c.census.plan()
-		cq.queue(pb, &c.census, c.t.qualified, c.t.leaves, c.t.hasLeased, c.t.hasUpdated, a.ExpiredAfter, c.cfg.StuckAfter)
+		censusQ = c.census.plan()
+		censusQ.queue(pendingBatch, &c.census, c.t.qualified, c.t.leaves, c.t.hasLeased, c.t.hasUpdated, alerts.ExpiredAfter, c.cfg.StuckAfter)
 	}
-	var tq *totalQuery
+	var totalQ *totalQuery
 	if c.t.idIndex {
-		tq = c.total.plan()
-		tq.queue(b, c.t.qualified)
+		totalQ = c.total.plan()
+		totalQ.queue(serverBatch, c.t.qualified)
 	}
-	hq := c.holders.plan(c.byIndex() && c.t.hasHolder && c.t.hasLeased)
-	hq.queue(b, c.t.qualified, c.t.hasUpdated)
-	sq := c.claims.plan(start)
-	sq.queue(b)
-	fq := c.fleet.plan(c.t.fleet, c.byIndex() && c.t.hasHolder)
-	fq.queue(b, c.t.fleet, c.t.qualified)
+	holdersQ := c.holders.plan(c.byIndex() && c.t.hasHolder && c.t.hasLeased)
+	holdersQ.queue(serverBatch, c.t.qualified, c.t.hasUpdated)
+	claimsQ := c.claims.plan(start)
+	claimsQ.queue(serverBatch)
+	fleetQ := c.fleet.plan(c.t.fleet, c.byIndex() && c.t.hasHolder)
+	fleetQ.queue(serverBatch, c.t.fleet, c.t.qualified)
 	uerr, perr := make(chan error, 1), make(chan error, 1)
-	go func() { uerr <- c.pool.SendBatch(ctx, ub).Close() }()
-	go func() { perr <- c.pool.SendBatch(ctx, pb).Close() }()
-	err := c.pool.SendBatch(ctx, b).Close()
+	go func() { uerr <- c.pool.SendBatch(ctx, unusedBatch).Close() }()
+	go func() { perr <- c.pool.SendBatch(ctx, pendingBatch).Close() }()
+	err := c.pool.SendBatch(ctx, serverBatch).Close()
 	for _, ch := range []chan error{uerr, perr} {
 		if e := <-ch; err == nil {
 			err = e
@@ -539,60 +533,60 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		c.backOff()
 		return s, fmt.Errorf("poll: %w", err)
 	}
-	s.Holders, s.HoldersRead = c.holders.absorb(hq)
-	s.Claims = c.claims.absorb(sq, start)
-	s.Fleet = c.fleet.absorb(fq)
+	s.Holders, s.HoldersRead = c.holders.absorb(holdersQ)
+	s.Claims = c.claims.absorb(claimsQ, start)
+	s.Fleet = c.fleet.absorb(fleetQ)
 	if !c.t.hasHolder {
 		s.Limits = append(s.Limits, "no holder column: who holds the PENDING ids is unknown (pooltop lease list shows them by id and age)")
 	}
-	var f pendingFigures
+	var pendingFig pendingFigures
 	now := start
-	if pq != nil {
-		f = c.pending.absorb(pq, start, c.cfg.CountBudget)
-		if !pq.server.IsZero() {
-			now = pq.server
+	if pendingQ != nil {
+		pendingFig = c.pending.absorb(pendingQ, start, c.cfg.CountBudget)
+		if !pendingQ.server.IsZero() {
+			now = pendingQ.server
 		}
 	} else {
-		f = c.census.absorb(cq, start, max(c.cfg.CountBudget, censusBudget))
+		pendingFig = c.census.absorb(censusQ, start, max(c.cfg.CountBudget, censusBudget))
 		s.Limits = append(s.Limits, fmt.Sprintf("no partial index on PENDING rows: pending, expired and stuck come from reading the table in turn (oldest part %s old); for exact counts at every poll, CREATE INDEX CONCURRENTLY ON %s (leased_until) WHERE status = 'PENDING' (the reaper needs it too)",
-			(time.Duration(f.ageS)*time.Second).String(), c.t.qualified))
+			(time.Duration(pendingFig.ageS)*time.Second).String(), c.t.qualified))
 	}
-	p := &s.Pool
-	tf := totalFigures{total: s.LiveTuples, estimated: true}
-	if tq != nil {
-		tq.insDel, tq.haveStat, tq.top = deref(s.insDel), s.insDel != nil, uq.top
-		tf = c.total.absorb(tq, c.cfg.CountBudget, s.LiveTuples)
+	counts := &s.Pool
+	totalFig := totalFigures{total: s.LiveTuples, estimated: true}
+	if totalQ != nil {
+		totalQ.insDel, totalQ.haveStat, totalQ.top = deref(s.insDel), s.insDel != nil, unusedQ.top
+		totalFig = c.total.absorb(totalQ, c.cfg.CountBudget, s.LiveTuples)
 	} else {
 		s.Limits = append(s.Limits, fmt.Sprintf("no index on id: consumed is the statistics' live-tuple count less UNUSED and PENDING, an estimate; CREATE INDEX CONCURRENTLY ON %s (id)", c.t.qualified))
 	}
-	p.Total, p.totalShift = tf.total, tf.shift
-	uf := c.unused.absorb(uq, start, c.cfg.CountBudget, max(p.Total-f.pending, 0))
-	if pq != nil {
-		c.unused.lowerFloor(f.low, f.lowKnown, f.freed)
+	counts.Total, counts.totalShift = totalFig.total, totalFig.shift
+	unusedFig := c.unused.absorb(unusedQ, start, c.cfg.CountBudget, max(counts.Total-pendingFig.pending, 0))
+	if pendingQ != nil {
+		c.unused.lowerFloor(pendingFig.low, pendingFig.lowKnown, pendingFig.freed)
 	} else {
 		c.unused.lowerFloor(nil, false, false)
 	}
-	p.Unused, p.UnusedAgeS, p.unusedDelta, p.haveDelta = uf.unused, uf.ageS, uf.delta, uf.haveDelta
-	s.Partitions = c.absorbParts(pqs, start, pq != nil && f.freed, p.Total)
-	if uf.estimated {
-		p.Estimated = append(p.Estimated, "unused")
+	counts.Unused, counts.UnusedAgeS, counts.unusedDelta, counts.haveDelta = unusedFig.unused, unusedFig.ageS, unusedFig.delta, unusedFig.haveDelta
+	s.Partitions = c.absorbParts(partsQ, start, pendingQ != nil && pendingFig.freed, counts.Total)
+	if unusedFig.estimated {
+		counts.Estimated = append(counts.Estimated, "unused")
 	}
-	p.Pending, p.Expired, p.ExpiredOld, p.Stuck = f.pending, f.expired, f.expiredOld, f.stuck
-	p.PendingAgeS = f.ageS
-	if f.oldest != nil {
-		age := now.Sub(*f.oldest).Seconds()
-		p.OldestPendingS = &age
+	counts.Pending, counts.Expired, counts.ExpiredOld, counts.Stuck = pendingFig.pending, pendingFig.expired, pendingFig.expiredOld, pendingFig.stuck
+	counts.PendingAgeS = pendingFig.ageS
+	if pendingFig.oldest != nil {
+		age := now.Sub(*pendingFig.oldest).Seconds()
+		counts.OldestPendingS = &age
 	}
-	if f.estimated {
-		p.Estimated = append(p.Estimated, "pending", "expired", "stuck")
+	if pendingFig.estimated {
+		counts.Estimated = append(counts.Estimated, "pending", "expired", "stuck")
 	}
 	if c.t.unusedIndex == "" {
 		s.Limits = append(s.Limits, fmt.Sprintf("no partial index on UNUSED rows: UNUSED is counted through the primary key, slowly; claims need it too: CREATE INDEX CONCURRENTLY ON %s (id) WHERE status = 'UNUSED'", c.t.qualified))
 	}
 	// CONSUMED is what the other two leave of the rows (see totalCounter).
-	p.Consumed = max(0, p.Total-p.Unused-p.Pending)
-	if tf.estimated || uf.estimated || f.estimated {
-		p.Estimated = append(p.Estimated, "consumed")
+	counts.Consumed = max(0, counts.Total-counts.Unused-counts.Pending)
+	if totalFig.estimated || unusedFig.estimated || pendingFig.estimated {
+		counts.Estimated = append(counts.Estimated, "consumed")
 	}
 	s.PollMS = float64(time.Since(start).Microseconds()) / 1000
 	if c.cfg.Workload != nil {
@@ -608,10 +602,9 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 
 // backOff makes the next poll read less after one failed: a statement
 // that ran into statement_timeout (the walk of a large leak on a cold,
-// busy server: 65,536 entries of 8 partitions took over 2 s under a
-// 16-client load) failed before its time could pace the counters, and the
-// same poll was sent again and failed again, 30 times in a row, while the
-// dashboard showed nothing but the error.
+// busy server) failed before its time could pace the counters, and the
+// same poll would be sent again and fail again while the dashboard showed
+// nothing but the error.
 func (c *Collector) backOff() {
 	c.pending.backOff()
 	c.census.backOff()
@@ -648,10 +641,9 @@ type partitionCounts struct {
 
 // partsEvery: after the first poll, one partition is counted every
 // partsEvery polls. A count costs about a millisecond of the server's CPU;
-// at every poll it took the median poll of an 8-partition pool of 10 M rows
-// from 8.1 to 12.6 ms under a 4-client load (BenchmarkPollShapes), past the
-// 10 ms the poll is held to. The pool's own UNUSED figure is counted
-// exactly as on a plain table; these are the per-partition detail.
+// at every poll it took a partitioned pool's poll past the 10 ms it is held
+// to. The pool's own UNUSED figure is counted exactly as on a plain table;
+// these are the per-partition detail.
 const partsEvery = 4
 
 // partQuery is the count of one partition queued in a poll.

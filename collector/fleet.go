@@ -117,7 +117,7 @@ ORDER BY name LIMIT 500`
 // its holder names (w<n>-<run id>; run ids are hex) among the first %[2]d
 // in lease order: the rows a process that stopped renewing holds are the
 // earliest to expire. The walk is the PENDING index's, bounded like the
-// holders panel: 6 ms at most on a 10 M-row pool with 1 M PENDING ids.
+// holders panel.
 const sqlGoneHeld = `
 WITH p AS (SELECT holder FROM %[1]s WHERE status = 'PENDING' ORDER BY leased_until LIMIT %[2]d)
 SELECT r, coalesce(c.n, 0)::int, (SELECT count(*) FROM p)

@@ -37,18 +37,18 @@ import (
 // counted from the index at every poll (every few polls when there are very
 // many), and how long they have waited is read from a sample of them.
 type pendingCounter struct {
-	per    pace     // entries recounted in turn per poll, against the count budget
-	walk   pace     // entries walked per poll, against walkBudgetMS
-	walked int64    // entries the last walk read …
-	walkMS float64  // … and its server time
-	slices []pslice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
+	per    pace           // entries recounted in turn per poll, against the count budget
+	walk   pace           // entries walked per poll, against walkBudgetMS
+	walked int64          // entries the last walk read …
+	walkMS float64        // … and its server time
+	slices []pendingSlice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
 	// the rotation has passed every slice below turnedTo (else it starts
 	// from the first)
 	turned   bool
 	turnedTo time.Time
 	credit   int64         // entries the rotation has saved for a slice larger than its pace
 	descent  int64         // what a recount costs the rotation beyond its entries: descentCost a partition
-	none     pregion       // PENDING without a lease
+	none     leaselessRows // PENDING without a lease
 	skew     time.Duration // the server's clock minus ours, from the last poll
 	polls    int
 	// forever is the count of leases at infinity, read every foreverEvery polls.
@@ -60,11 +60,11 @@ type pendingCounter struct {
 	live    int64
 }
 
-// pslice holds the PENDING rows whose lease expires in [lo, hi); a nil lo is
+// pendingSlice holds the PENDING rows whose lease expires in [lo, hi); a nil lo is
 // -infinity, a nil hi is +infinity (leases at infinity itself are counted
 // apart). n is their count at time at; known is false while the slice has
 // not been counted (the part of the index not walked yet).
-type pslice struct {
+type pendingSlice struct {
 	lo, hi *time.Time
 	n      int64
 	min    *time.Time // the earliest key at the last count
@@ -75,24 +75,24 @@ type pslice struct {
 
 // run says whether the slice holds a single key (many leases set in one
 // statement share it): it cannot be cut further.
-func (s pslice) run() bool {
+func (s pendingSlice) run() bool {
 	return s.lo != nil && s.hi != nil && s.hi.Sub(*s.lo) <= time.Microsecond
 }
 
 // settled says whether the slice was empty when counted and wholly expired
 // by then: no lease can land in it but one written with a past expiry.
-func (s pslice) settled() bool {
+func (s pendingSlice) settled() bool {
 	return s.known && s.n == 0 && s.past
 }
 
 // expired marks the slice past if it is empty and wholly expired at server,
 // the server's clock at its count.
-func (s *pslice) expired(server time.Time) {
+func (s *pendingSlice) expired(server time.Time) {
 	s.past = s.n == 0 && s.hi != nil && !server.IsZero() && !s.hi.After(server)
 }
 
-// pregion is the PENDING rows without a lease.
-type pregion struct {
+// leaselessRows is the PENDING rows without a lease.
+type leaselessRows struct {
 	n, stuck int64
 	oldest   *time.Time // the oldest updated_at
 	at       time.Time
@@ -122,28 +122,28 @@ type pendingQuery struct {
 	oldest             int          // the first slice that may hold a lease: the reaper's end
 	walk               int64        // entries the walk reads at most
 	recount            []int        // slices recounted
-	cutIn              [3]int       // slice holding each cut (-1: none)
-	cutOn              [3]bool      // the slice holding the cut is split at it (not for runs or slices not counted)
+	cutSlice           [3]int       // slice holding each cut (-1: none)
+	cutSplit           [3]bool      // the slice holding the cut is split at it (not for runs or slices not counted)
 	none               bool         // count the rows without a lease
 	askForever, askLow bool
 
 	// results
-	walked  int64       // entries the walk read (walk+1: it stopped before the slice's end)
-	first   *time.Time  // the walk's first key
-	below   [3]int64    // entries of the walk below each cut
-	bounds  []time.Time // a key every sliceWidth entries of the walk
-	ranks   []int64     // position (from 1) of each bound's first entry in the walk
-	catalog int64       // index entries according to the catalog (read by the walk; 0 when there is none)
-	counts  []int64
-	mins    []*time.Time // the earliest key of each recounted slice
-	splits  [3]int64     // entries of each cut's slice below the cut
-	forever int64        // leases that expire at infinity
-	noneR   pregion
-	low     *int64 // lowest id of the live leases, when there are at most lowCap
-	lowN    int64  // live leases read for low (lowCap+1: more)
-	server  time.Time
-	walkMS  float64 // server time of the walk
-	rotMS   float64 // server time of the recounts
+	walked    int64       // entries the walk read (walk+1: it stopped before the slice's end)
+	first     *time.Time  // the walk's first key
+	below     [3]int64    // entries of the walk below each cut
+	bounds    []time.Time // a key every sliceWidth entries of the walk
+	ranks     []int64     // position (from 1) of each bound's first entry in the walk
+	catalog   int64       // index entries according to the catalog (read by the walk; 0 when there is none)
+	counts    []int64
+	mins      []*time.Time // the earliest key of each recounted slice
+	splits    [3]int64     // entries of each cut's slice below the cut
+	forever   int64        // leases that expire at infinity
+	leaseless leaselessRows
+	low       *int64 // lowest id of the live leases, when there are at most lowCap
+	lowN      int64  // live leases read for low (lowCap+1: more)
+	server    time.Time
+	walkMS    float64 // server time of the walk
+	rotMS     float64 // server time of the recounts
 }
 
 // plan decides what the next poll counts. now is our clock; expiredAfter and
@@ -152,7 +152,7 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	if p.per.n == 0 {
 		p.per = pace{n: minPending, lo: minPending, hi: maxPending, step: minPending}
 		p.walk = pace{n: initPending, lo: minPending, hi: maxPending}
-		p.slices = []pslice{{}}
+		p.slices = []pendingSlice{{}}
 	}
 	server := now.Add(p.skew)
 	q := &pendingQuery{walkAt: -1, walk: p.walk.n, cuts: [3]time.Time{server, server.Add(-expiredAfter), server.Add(-stuckAfter)}}
@@ -168,9 +168,9 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	// turn). The loops here run over thousands of slices at every poll
 	// during a leak: they find slices by binary search and never copy one.
 	for c, cut := range q.cuts {
-		q.cutIn[c] = p.holding(cut)
+		q.cutSlice[c] = p.holding(cut)
 	}
-	hot := []int{0, last, q.cutIn[0], q.cutIn[1], q.cutIn[2]}
+	hot := []int{0, last, q.cutSlice[0], q.cutSlice[1], q.cutSlice[2]}
 	sort.Ints(hot)
 	for _, i := range hot {
 		if q.walkAt < 0 && wide(i) {
@@ -217,10 +217,10 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	}
 	every(q.oldest)
 	every(last)
-	for c, i := range q.cutIn {
+	for c, i := range q.cutSlice {
 		// A split reads the slice's entries below the cut: bounded while the
 		// slice is (a wide one is walked first, see above).
-		q.cutOn[c] = i >= 0 && i != q.walkAt && p.slices[i].known && (p.slices[i].n <= 8*sliceWidth || !p.slices[i].run())
+		q.cutSplit[c] = i >= 0 && i != q.walkAt && p.slices[i].known && (p.slices[i].n <= 8*sliceWidth || !p.slices[i].run())
 	}
 	for i := range p.slices {
 		if s := &p.slices[i]; s.known && s.at.IsZero() {
@@ -228,28 +228,22 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 		}
 	}
 	// The rotation has a budget of its own, whatever the fixed recounts
-	// above cost. (One range scan of the rotation's slices, grouped by
-	// width_bucket, saves the descents of the index, one a slice, or one a
-	// slice in every partition; but it pays about three times more for each
-	// entry, and a slice holds hundreds: on 10,000 entries it took 4.6 ms
-	// against 1.1.)
+	// above cost. (It counts slice by slice: one range scan grouped by
+	// width_bucket saves descents of the index but pays about three times
+	// more for each entry.)
 	//
 	// It recounts p.per.n entries a poll on average: what a poll does not
 	// spend is saved, and a slice larger than the pace waits until the polls
-	// before it have saved enough. (Spending the budget at each poll, and
-	// going round the slices until it was spent, recounted a run of 10,000
-	// leases set by one statement at every poll whenever the other slices
-	// were small: the whole of the rotation's cost on the ordered pool.)
+	// before it have saved enough; otherwise a run of leases set by one
+	// statement would be recounted at every poll.
 	var largest int64
 	for i := range p.slices {
 		largest = max(largest, p.slices[i].n)
 	}
 	//
 	// A recount costs its entries and its descents of the index: one a
-	// partition, each worth descentCost entries. Counted free, the empty
-	// slices between two leases were recounted ten at a poll on a pool of
-	// 8 partitions, each 8 descents (BenchmarkPollShapes/partitioned: 10
-	// ranges, 274 buffers a poll under load).
+	// partition, each worth descentCost entries; counted free, the empty
+	// slices between two leases would be recounted many at a poll.
 	p.credit = min(p.credit+p.per.n, max(p.per.n, largest+p.descent))
 	//
 	// Where the rotation stands is a key, not a slice's index: cuts and
@@ -313,7 +307,7 @@ func bound(t *time.Time, upper bool) pgtype.Timestamptz {
 // queue adds the statements to the batch. table is the quoted pool table,
 // index the PENDING index (quoted); hasUpdated says whether the table has
 // updated_at (how long rows without a lease have waited).
-func (q *pendingQuery) queue(b *pgx.Batch, table, index string, hasUpdated bool, slices []pslice) {
+func (q *pendingQuery) queue(b *pgx.Batch, table, index string, hasUpdated bool, slices []pendingSlice) {
 	los := make([]pgtype.Timestamptz, len(q.recount))
 	his := make([]pgtype.Timestamptz, len(q.recount))
 	for i, k := range q.recount {
@@ -321,11 +315,10 @@ func (q *pendingQuery) queue(b *pgx.Batch, table, index string, hasUpdated bool,
 	}
 	// The splits are ranges of the same list, after the slices: on a
 	// partitioned pool every subquery on the pool is a scan of each
-	// partition to start and descend (0.2 ms for 8 partitions with nothing
-	// to count), so the statement has as few as it can.
+	// partition to start and descend, so the statement has as few as it can.
 	var splitAt []int // the cuts split, in the order of their ranges
-	for c, i := range q.cutIn {
-		if q.cutOn[c] {
+	for c, i := range q.cutSlice {
+		if q.cutSplit[c] {
 			los, his = append(los, bound(slices[i].lo, false)), append(his, bound(&q.cuts[c], true))
 			splitAt = append(splitAt, c)
 		}
@@ -368,7 +361,7 @@ SELECT now(), %[2]s, %[3]s, %[4]s,
 		q.cuts[0], q.cuts[2], los, his).QueryRow(func(row pgx.Row) error {
 		var t1, t2 time.Time
 		var low lowRow
-		var none noneRow
+		var none leaselessRow
 		var counted []countRow
 		if err := row.Scan(&q.server, &q.forever, &low, &none, &t1, &counted, &t2); err != nil {
 			return fmt.Errorf("pending ids: %w", err)
@@ -383,14 +376,14 @@ SELECT now(), %[2]s, %[3]s, %[4]s,
 			q.counts, q.mins = append(q.counts, c.n), append(q.mins, finite(c.min))
 		}
 		q.low, q.lowN = low.low, low.n
-		q.noneR = none.region()
+		q.leaseless = none.region()
 		q.rotMS += float64(t2.Sub(t1).Microseconds()) / 1000
 		return nil
 	})
 }
 
 // queueWalk adds the walk of slice q.walkAt to the batch.
-func (q *pendingQuery) queueWalk(b *pgx.Batch, table, index string, slices []pslice) {
+func (q *pendingQuery) queueWalk(b *pgx.Batch, table, index string, slices []pendingSlice) {
 	// The walk reads the index in key order from the slice's start and
 	// returns the key at every sliceWidth-th entry with the position of its
 	// first entry: consecutive positions give each new slice its exact
@@ -470,7 +463,7 @@ func finite(t pgtype.Timestamptz) *time.Time {
 	return &v
 }
 
-// countRow, belowRow, lowRow and noneRow scan composite values.
+// countRow, belowRow, lowRow and leaselessRow scan composite values.
 type countRow struct {
 	n   int64
 	min pgtype.Timestamptz
@@ -498,21 +491,21 @@ func (r *lowRow) ScanIndex(i int) any { return []any{&r.n, &r.low}[i] }
 // ScanNull: an aggregate's row is never NULL.
 func (r *lowRow) ScanNull() error { return nil }
 
-type noneRow struct {
+type leaselessRow struct {
 	n, sampled, stuck int64
 	oldest            pgtype.Timestamptz
 }
 
-func (r *noneRow) ScanIndex(i int) any { return []any{&r.n, &r.sampled, &r.stuck, &r.oldest}[i] }
+func (r *leaselessRow) ScanIndex(i int) any { return []any{&r.n, &r.sampled, &r.stuck, &r.oldest}[i] }
 
 // ScanNull: an aggregate's row is never NULL.
-func (r *noneRow) ScanNull() error { return nil }
+func (r *leaselessRow) ScanNull() error { return nil }
 
 // region: the count is exact (read from the index alone); how many are
 // stuck and the oldest are read from the table for at most noneSample rows,
 // and scaled up when there are more.
-func (r noneRow) region() pregion {
-	g := pregion{n: r.n, stuck: r.stuck, oldest: finite(r.oldest), counted: true}
+func (r leaselessRow) region() leaselessRows {
+	g := leaselessRows{n: r.n, stuck: r.stuck, oldest: finite(r.oldest), counted: true}
 	if r.n > r.sampled && r.sampled > 0 {
 		g.stuck = int64(float64(r.stuck) * float64(r.n) / float64(r.sampled))
 		g.sampled = true
@@ -575,13 +568,12 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	// reach is estimated.
 	var below [3]int64
 	partial := false
-	// Every slice before the one holding a cut (q.cutIn) lies wholly below
-	// it: one pass sums them for the three cuts (a pass per cut, comparing
-	// bounds, took half of absorb's time on 5,000 slices).
-	top := max(q.cutIn[0], q.cutIn[1], q.cutIn[2])
+	// Every slice before the one holding a cut (q.cutSlice) lies wholly below
+	// it: one pass sums them for the three cuts.
+	top := max(q.cutSlice[0], q.cutSlice[1], q.cutSlice[2])
 	var acc int64
 	for i := 0; i <= top; i++ {
-		for c, h := range q.cutIn {
+		for c, h := range q.cutSlice {
 			if h == i {
 				below[c] = acc
 			}
@@ -591,7 +583,7 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		}
 	}
 	for c, cut := range q.cuts {
-		h := q.cutIn[c]
+		h := q.cutSlice[c]
 		if w := q.walkAt; w >= 0 && w < h {
 			if p.slices[w].known {
 				below[c] += p.slices[w].n // wholly below the cut: its last count serves
@@ -605,7 +597,7 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		case h == q.walkAt:
 			below[c] += q.below[c]
 			partial = partial || q.walked > q.walk && q.below[c] == q.walked
-		case q.cutOn[c]:
+		case q.cutSplit[c]:
 			below[c] += q.splits[c]
 		default:
 			partial = true // a run of one key, or not counted: estimated
@@ -625,10 +617,10 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		}
 	}
 	if q.none {
-		freedNone := p.none.counted && q.noneR.n < p.none.n
-		p.none = q.noneR
+		freedNone := p.none.counted && q.leaseless.n < p.none.n
+		p.none = q.leaseless
 		p.none.at = now
-		p.none.wait = int(q.noneR.n / noneCap)
+		p.none.wait = int(q.leaseless.n / noneCap)
 		f.freed = f.freed || freedNone
 	} else {
 		p.none.wait--
@@ -711,7 +703,7 @@ const (
 	walkBudgetMS      = 100
 )
 
-func uncounted(slices []pslice) bool {
+func uncounted(slices []pendingSlice) bool {
 	for i := range slices {
 		if slices[i].at.IsZero() {
 			return true
@@ -725,27 +717,27 @@ func uncounted(slices []pslice) bool {
 // [bm, hi), is left to the next walk.
 func (p *pendingCounter) cut(q *pendingQuery, now time.Time) {
 	old := p.slices[q.walkAt]
-	var out []pslice
+	var out []pendingSlice
 	lo, rank := old.lo, int64(1)
 	for i, b := range q.bounds {
 		b := b
-		out = append(out, pslice{lo: lo, hi: &b, n: q.ranks[i] - rank, at: now, known: true})
+		out = append(out, pendingSlice{lo: lo, hi: &b, n: q.ranks[i] - rank, at: now, known: true})
 		lo, rank = &b, q.ranks[i]
 	}
 	switch {
 	case q.walked <= q.walk: // the walk got to the slice's end
-		out = append(out, pslice{lo: lo, hi: old.hi, n: q.walked - rank + 1, at: now, known: true})
+		out = append(out, pendingSlice{lo: lo, hi: old.hi, n: q.walked - rank + 1, at: now, known: true})
 	case len(q.bounds) > 0:
-		out = append(out, pslice{lo: lo, hi: old.hi, at: now}) // walked again from the last bound
+		out = append(out, pendingSlice{lo: lo, hi: old.hi, at: now}) // walked again from the last bound
 	case q.first != nil:
 		// One key's run fills the whole walk: it becomes a slice of its own,
 		// [key, key + 1µs), counted at the next poll, and the rest is walked.
 		key := *q.first
 		next := key.Add(time.Microsecond)
 		if lo == nil || lo.Before(key) {
-			out = append(out, pslice{lo: lo, hi: &key, at: now, known: true}) // empty
+			out = append(out, pendingSlice{lo: lo, hi: &key, at: now, known: true}) // empty
 		}
-		out = append(out, pslice{lo: &key, hi: &next, n: q.walk, known: true}, pslice{lo: &next, hi: old.hi, at: now})
+		out = append(out, pendingSlice{lo: &key, hi: &next, n: q.walk, known: true}, pendingSlice{lo: &next, hi: old.hi, at: now})
 	default:
 		out = append(out, old)
 	}
@@ -755,7 +747,7 @@ func (p *pendingCounter) cut(q *pendingQuery, now time.Time) {
 	// A new slice still too wide starts with a run of one key longer than a
 	// slice (many leases set by one statement share their expiry): cut the
 	// run off as a slice of its own, or every poll would walk it again.
-	var split []pslice
+	var split []pendingSlice
 	for i, sl := range out {
 		key := sl.lo
 		if key == nil && i == 0 {
@@ -768,9 +760,9 @@ func (p *pendingCounter) cut(q *pendingQuery, now time.Time) {
 		k := *key
 		next := k.Add(time.Microsecond)
 		if sl.lo == nil {
-			split = append(split, pslice{hi: &k, at: now, known: true}) // nothing lies below the first key
+			split = append(split, pendingSlice{hi: &k, at: now, known: true}) // nothing lies below the first key
 		}
-		split = append(split, pslice{lo: &k, hi: &next, n: sl.n, min: &k, known: true}, pslice{lo: &next, hi: sl.hi, known: true})
+		split = append(split, pendingSlice{lo: &k, hi: &next, n: sl.n, min: &k, known: true}, pendingSlice{lo: &next, hi: sl.hi, known: true})
 	}
 	out = split
 	for i := range out {
@@ -789,17 +781,16 @@ func (p *pendingCounter) cut(q *pendingQuery, now time.Time) {
 // the entries of one interval between polls instead of all those of the
 // slice. A slice is cut by the live entries it holds, but its count reads
 // the dead ones too: around now, where every claim leaves an entry that
-// dies when the id is consumed, a slice with a few live leases held, on 8
-// partitions after a load, 80,000 dead entries in each, and the poll read
-// 2,000 buffers a cut.
+// dies when the id is consumed, a slice with a few live leases can hold
+// tens of thousands of dead ones.
 func (p *pendingCounter) sliceAtCuts(q *pendingQuery, now time.Time) {
 	type split struct {
 		at    time.Time
 		below int64 // entries from the slice's start to at
 	}
 	splits := map[int][]split{}
-	for c, i := range q.cutIn {
-		if i >= 0 && q.cutOn[c] {
+	for c, i := range q.cutSlice {
+		if i >= 0 && q.cutSplit[c] {
 			splits[i] = append(splits[i], split{q.cuts[c], q.splits[c]})
 		}
 	}
@@ -808,14 +799,14 @@ func (p *pendingCounter) sliceAtCuts(q *pendingQuery, now time.Time) {
 		ss := splits[i]
 		sort.Slice(ss, func(a, b int) bool { return ss[a].at.Before(ss[b].at) })
 		s := p.slices[i]
-		var pieces []pslice
+		var pieces []pendingSlice
 		lo, counted := s.lo, int64(0)
 		for _, sp := range ss {
 			t := sp.at
 			if lo != nil && !t.After(*lo) || s.hi != nil && !t.Before(*s.hi) {
 				continue // no piece below it
 			}
-			piece := pslice{lo: lo, hi: &t, n: max(sp.below-counted, 0), at: now, known: true}
+			piece := pendingSlice{lo: lo, hi: &t, n: max(sp.below-counted, 0), at: now, known: true}
 			piece.expired(q.server)
 			if piece.n > 0 {
 				piece.min = lo
@@ -829,7 +820,7 @@ func (p *pendingCounter) sliceAtCuts(q *pendingQuery, now time.Time) {
 		if len(pieces) == 0 {
 			continue
 		}
-		upper := pslice{lo: lo, hi: s.hi, n: max(s.n-counted, 0), at: s.at, known: true, min: lo, past: s.past}
+		upper := pendingSlice{lo: lo, hi: s.hi, n: max(s.n-counted, 0), at: s.at, known: true, min: lo, past: s.past}
 		if s.min != nil && !s.min.Before(*lo) {
 			upper.min = s.min
 		}

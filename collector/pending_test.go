@@ -43,7 +43,7 @@ func (m *model) count(lo, hi *time.Time) int64 {
 
 // answer fills q's results as the two statements would, and charges the
 // server time PostgreSQL would take (0.2 µs an index entry) for the pace.
-func (m *model) answer(q *pendingQuery, slices []pslice, now time.Time) {
+func (m *model) answer(q *pendingQuery, slices []pendingSlice, now time.Time) {
 	m.answerCounts(q, slices, now)
 	entries := q.walked
 	for _, n := range q.counts {
@@ -52,7 +52,7 @@ func (m *model) answer(q *pendingQuery, slices []pslice, now time.Time) {
 	q.rotMS = float64(entries) * 0.0002
 }
 
-func (m *model) answerCounts(q *pendingQuery, slices []pslice, now time.Time) {
+func (m *model) answerCounts(q *pendingQuery, slices []pendingSlice, now time.Time) {
 	q.server = now
 	q.catalog = int64(len(m.keys))
 	if q.walkAt >= 0 {
@@ -101,8 +101,8 @@ func (m *model) answerCounts(q *pendingQuery, slices []pslice, now time.Time) {
 		}
 		q.mins = append(q.mins, first)
 	}
-	for c, i := range q.cutIn {
-		if q.cutOn[c] {
+	for c, i := range q.cutSlice {
+		if q.cutSplit[c] {
 			cut := q.cuts[c]
 			q.splits[c] = m.count(slices[i].lo, &cut)
 		}
@@ -116,21 +116,21 @@ func (m *model) answerCounts(q *pendingQuery, slices []pslice, now time.Time) {
 		q.lowN = min(m.count(&cut, nil)+forever, lowCap+1)
 	}
 	if q.none {
-		q.noneR = pregion{n: int64(len(m.none)), counted: true}
+		q.leaseless = leaselessRows{n: int64(len(m.none)), counted: true}
 		sample := m.none[:min(len(m.none), noneSample)]
 		var stuck int64
 		for _, u := range sample {
 			if u.Before(q.cuts[2]) {
 				stuck++
 			}
-			if q.noneR.oldest == nil || u.Before(*q.noneR.oldest) {
+			if q.leaseless.oldest == nil || u.Before(*q.leaseless.oldest) {
 				u := u
-				q.noneR.oldest = &u
+				q.leaseless.oldest = &u
 			}
 		}
-		q.noneR.stuck = stuck
+		q.leaseless.stuck = stuck
 		if len(sample) < len(m.none) {
-			q.noneR.stuck, q.noneR.sampled = int64(float64(stuck)*float64(len(m.none))/float64(len(sample))), true
+			q.leaseless.stuck, q.leaseless.sampled = int64(float64(stuck)*float64(len(m.none))/float64(len(sample))), true
 		}
 	}
 }
@@ -283,8 +283,8 @@ func TestPendingSplitStartsAtThePreviousCut(t *testing.T) {
 	for i := 0; i < 120; i++ {
 		q := p.plan(now, expiredAfter, stuckAfter)
 		m.answer(q, p.slices, now)
-		if i >= 10 && q.walkAt < 0 && q.cutOn[0] && prev != nil {
-			s := p.slices[q.cutIn[0]]
+		if i >= 10 && q.walkAt < 0 && q.cutSplit[0] && prev != nil {
+			s := p.slices[q.cutSlice[0]]
 			if s.lo == nil || s.lo.Before(*prev) {
 				t.Fatalf("poll %d: the slice holding now starts at %v, before the previous cut %v", i, s.lo, *prev)
 			}
@@ -486,14 +486,14 @@ func TestPendingRotationFollowsTheKeysAcrossCuts(t *testing.T) {
 	p.descent = descentCost
 	// An empty, settled past, then 12 slices of 200 leases an hour ahead.
 	past := now.Add(-time.Hour)
-	p.slices = []pslice{{hi: &past, known: true, at: now, past: true}}
+	p.slices = []pendingSlice{{hi: &past, known: true, at: now, past: true}}
 	var los []time.Time
 	for i := 0; i < 12; i++ {
 		lo, hi := now.Add(time.Hour+time.Duration(i)*time.Second), now.Add(time.Hour+time.Duration(i+1)*time.Second)
 		if i == 0 {
 			lo = past
 		}
-		s := pslice{lo: &lo, hi: &hi, n: 200, at: now, known: true, min: &lo}
+		s := pendingSlice{lo: &lo, hi: &hi, n: 200, at: now, known: true, min: &lo}
 		if i == 11 {
 			s.hi = nil
 		}
@@ -511,14 +511,14 @@ func TestPendingRotationFollowsTheKeysAcrossCuts(t *testing.T) {
 		// Three cuts below the rotation, as sliceAtCuts makes them: the
 		// settled past in four pieces, each empty and settled.
 		first := p.slices[0]
-		var pieces []pslice
+		var pieces []pendingSlice
 		lo := first.lo
 		for c := 3; c >= 1; c-- {
 			at := first.hi.Add(-time.Duration(c) * time.Millisecond)
-			pieces = append(pieces, pslice{lo: lo, hi: &at, known: true, at: now, past: true})
+			pieces = append(pieces, pendingSlice{lo: lo, hi: &at, known: true, at: now, past: true})
 			lo = &at
 		}
-		pieces = append(pieces, pslice{lo: lo, hi: first.hi, known: true, at: now, past: true})
+		pieces = append(pieces, pendingSlice{lo: lo, hi: first.hi, known: true, at: now, past: true})
 		p.slices = append(pieces, p.slices[1:]...)
 		now = now.Add(10 * time.Millisecond)
 	}

@@ -11,8 +11,7 @@ import (
 // is what UNUSED and PENDING leave. The live-tuple count of the statistics
 // will not do: every VACUUM and ANALYZE sets it anew from the pages it
 // read and extrapolates the rest, and on a pool that has lived through a
-// few loads it drifted to 9.88 M against 10.0 M rows, which put CONSUMED
-// 3% off for good. A pool's rows change only by INSERT and DELETE (a
+// few loads it drifts, which puts CONSUMED off for good. A pool's rows change only by INSERT and DELETE (a
 // claim, a commit and a reap are UPDATEs), and the statistics count those
 // exactly, cumulatively (n_tup_ins, n_tup_del): so the rows are counted
 // once, through the index on id, by a pass that reads a range of ids a
@@ -99,12 +98,9 @@ type totalFigures struct {
 }
 
 // The pass takes a share of the poll's count budget: a half for the first
-// (on 10 M rows 2,000 to 9,000 polls, during which the rows not yet read
-// are taken as dense as those read), an eighth for the passes that check
-// it (on 10 M rows, a pass every few hours). One run at the full budget,
-// starting at 65,536 ids a poll, read a median poll of 10.8 ms on 8
-// partitions under 16 clients, against 9.0 ms without the pass; runs of
-// that load swing by about 1.5 ms.
+// (during which the rows not yet read are taken as dense as those read),
+// an eighth for the passes that check it; at the full budget it made the
+// poll slower.
 const (
 	totalShareFirst = 2
 	totalShareLater = 8
