@@ -233,10 +233,15 @@ func TestFreshPoolNeverSendsTokensBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Over once no row holds bob's token under a live lease: it ran out, or
+	// the workload's reaper took the id back (a new token, perhaps a new
+	// live lease of a worker's).
 	pgtest.Eventually(t, "bob's lease over", 10*time.Second, func() bool {
 		var live bool
-		if err := db.Pool.QueryRow(ctx, "SELECT leased_until > clock_timestamp() FROM resource_pool WHERE id = $1", zombie[0].ID).Scan(&live); err != nil {
-			return false // the workload's reaper may have taken it back already
+		err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM resource_pool
+			WHERE id = $1 AND lease_token = $2 AND leased_until > clock_timestamp())`, zombie[0].ID, zombie[0].Token).Scan(&live)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return !live
 	})
