@@ -256,6 +256,9 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	}
 	c.census.byTID = c.t.version >= 140000
 	c.pending.descent = descentCost * int64(max(1, len(c.t.leaves))) // a recount descends every partition's index
+	if knockout.descent {
+		c.pending.descent = 0
+	}
 	c.claims.probe(ctx, pool, c.t.name)
 	return c, nil
 }
@@ -666,7 +669,7 @@ func (c *Collector) queueParts(b *pgx.Batch, now time.Time) []partQuery {
 		}
 	}
 	pc.polls++
-	if pc.primed && (pc.polls-1)%partsEvery != 0 {
+	if pc.primed && !knockout.parts && (pc.polls-1)%partsEvery != 0 {
 		return []partQuery{} // not this poll: the figures stand, marked estimated
 	}
 	which := []int{pc.turn % len(pc.counters)}

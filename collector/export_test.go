@@ -38,3 +38,16 @@ func DBPool(c *Collector) *engine.Pool { return c.pool }
 func ServerStatement(c *Collector) (string, []any) {
 	return serverQuery(c.t.version), c.serverArgs()
 }
+
+// Knockout switches the named counting mechanism off (settled, cuts,
+// descent, floor, parts) for collectors made from now on, and returns a
+// function that switches it back on.
+func Knockout(name string) (restore func()) {
+	flags := map[string]*bool{"settled": &knockout.settled, "cuts": &knockout.cuts, "descent": &knockout.descent, "floor": &knockout.floor, "parts": &knockout.parts}
+	f, ok := flags[name]
+	if !ok {
+		panic("no mechanism " + name)
+	}
+	*f = true
+	return func() { *f = false }
+}

@@ -82,7 +82,7 @@ func (s pendingSlice) run() bool {
 // settled says whether the slice was empty when counted and wholly expired
 // by then: no lease can land in it but one written with a past expiry.
 func (s pendingSlice) settled() bool {
-	return s.known && s.n == 0 && s.past
+	return s.known && s.n == 0 && s.past && !knockout.settled
 }
 
 // expired marks the slice past if it is empty and wholly expired at server,
@@ -607,7 +607,9 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	if q.walkAt >= 0 {
 		p.cut(q, now)
 	} else {
-		p.sliceAtCuts(q, now)
+		if !knockout.cuts {
+			p.sliceAtCuts(q, now)
+		}
 	}
 	p.merge(q.cuts[:])
 	for i := range p.slices {

@@ -171,7 +171,7 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 	if u.reanchor == 0 {
 		u.reanchor = reanchor
 	}
-	if u.floor != nil && now.Sub(u.anchored) < u.reanchor {
+	if u.floor != nil && now.Sub(u.anchored) < u.reanchor && !knockout.floor {
 		q.floor = *u.floor
 	} else {
 		u.anchored = now
