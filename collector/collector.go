@@ -255,10 +255,6 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		return nil, err
 	}
 	c.census.byTID = c.t.version >= 140000
-	c.pending.descent = descentCost * int64(max(1, len(c.t.leaves))) // a recount descends every partition's index
-	if knockout.descent {
-		c.pending.descent = 0
-	}
 	c.claims.probe(ctx, pool, c.t.name)
 	return c, nil
 }
@@ -628,9 +624,9 @@ const MaxPartitionCounts = 64
 
 // partitionCounts keeps a count of UNUSED ids per partition, each an
 // unusedCounter on the partition's own partial index. The first poll counts
-// every partition; after that one in partsEvery polls counts one, in turn,
-// so that the poll costs little more than on a plain table whatever the
-// number of partitions (counting all of them at every poll doubled the poll's time
+// every partition; after that each poll counts one, in turn, so that the
+// poll costs little more than on a plain table whatever the number of
+// partitions (counting all of them at every poll doubled the poll's time
 // under the demo's load on two cores). The others keep their last figures,
 // marked estimated.
 type partitionCounts struct {
@@ -638,16 +634,8 @@ type partitionCounts struct {
 	last     []PartitionUnused
 	freed    []bool // PENDING rows were freed since the partition's last count
 	turn     int
-	polls    int
 	primed   bool
 }
-
-// partsEvery: after the first poll, one partition is counted every
-// partsEvery polls. A count costs about a millisecond of the server's CPU;
-// at every poll it took a partitioned pool's poll past the 10 ms it is held
-// to. The pool's own UNUSED figure is counted exactly as on a plain table;
-// these are the per-partition detail.
-const partsEvery = 4
 
 // partQuery is the count of one partition queued in a poll.
 type partQuery struct {
@@ -667,10 +655,6 @@ func (c *Collector) queueParts(b *pgx.Batch, now time.Time) []partQuery {
 		for i := range pc.last {
 			pc.last[i] = PartitionUnused{Name: c.t.leafNames[i], Estimated: true}
 		}
-	}
-	pc.polls++
-	if pc.primed && !knockout.parts && (pc.polls-1)%partsEvery != 0 {
-		return []partQuery{} // not this poll: the figures stand, marked estimated
 	}
 	which := []int{pc.turn % len(pc.counters)}
 	if !pc.primed {

@@ -40,10 +40,10 @@ func ServerStatement(c *Collector) (string, []any) {
 }
 
 // Knockout switches the named counting mechanism off (settled, cuts,
-// descent, floor, parts) for collectors made from now on, and returns a
-// function that switches it back on.
+// floor) for collectors made from now on, and returns a function that
+// switches it back on.
 func Knockout(name string) (restore func()) {
-	flags := map[string]*bool{"settled": &knockout.settled, "cuts": &knockout.cuts, "descent": &knockout.descent, "floor": &knockout.floor, "parts": &knockout.parts}
+	flags := map[string]*bool{"settled": &knockout.settled, "cuts": &knockout.cuts, "floor": &knockout.floor}
 	f, ok := flags[name]
 	if !ok {
 		panic("no mechanism " + name)

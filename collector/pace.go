@@ -4,7 +4,7 @@ import "time"
 
 // knockout switches counting mechanisms off, one at a time, for
 // BenchmarkMechanisms to measure what each buys. All false in use.
-var knockout struct{ settled, cuts, descent, floor, parts bool }
+var knockout struct{ settled, cuts, floor bool }
 
 // pace is how much of the work done in turn a counter does at a poll (the
 // UNUSED sweep's chunks, the PENDING rotation's entries and walk, the

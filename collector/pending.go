@@ -47,7 +47,6 @@ type pendingCounter struct {
 	turned   bool
 	turnedTo time.Time
 	credit   int64         // entries the rotation has saved for a slice larger than its pace
-	descent  int64         // what a recount costs the rotation beyond its entries: descentCost a partition
 	none     leaselessRows // PENDING without a lease
 	skew     time.Duration // the server's clock minus ours, from the last poll
 	polls    int
@@ -112,7 +111,6 @@ const (
 	minPending   = 512     // entries walked or recounted in turn per poll, at least …
 	maxPending   = 262_144 // … and at most
 	initPending  = 65_536
-	descentCost  = 32 // entries a descent of the index is worth to the rotation (about 3 buffers against a leaf's 200 entries or so)
 )
 
 // pendingQuery is the plan of one poll's PENDING statements, and their results.
@@ -240,11 +238,7 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	for i := range p.slices {
 		largest = max(largest, p.slices[i].n)
 	}
-	//
-	// A recount costs its entries and its descents of the index: one a
-	// partition, each worth descentCost entries; counted free, the empty
-	// slices between two leases would be recounted many at a poll.
-	p.credit = min(p.credit+p.per.n, max(p.per.n, largest+p.descent))
+	p.credit = min(p.credit+p.per.n, max(p.per.n, largest))
 	//
 	// Where the rotation stands is a key, not a slice's index: cuts and
 	// merges shift the indices at every poll, and an index kept across them
@@ -260,7 +254,7 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 		due := !sl.settled() || now.Sub(sl.at) >= reanchor // a settled slice: every reanchor, for a past expiry written by hand
 		var n int64
 		if sl.known && next != q.walkAt && !q.recounts(next) && due {
-			n = sl.n + p.descent
+			n = sl.n
 		}
 		if n > p.credit {
 			break

@@ -483,7 +483,6 @@ func TestPendingRotationFollowsTheKeysAcrossCuts(t *testing.T) {
 	var p pendingCounter
 	p.per = pace{n: minPending, lo: minPending, hi: minPending, step: minPending}
 	p.walk = pace{n: initPending, lo: minPending, hi: maxPending}
-	p.descent = descentCost
 	// An empty, settled past, then 12 slices of 200 leases an hour ahead.
 	past := now.Add(-time.Hour)
 	p.slices = []pendingSlice{{hi: &past, known: true, at: now, past: true}}
