@@ -90,15 +90,8 @@ func (c *Config) defaults() error {
 	c.StuckAfter = cmp.Or(c.StuckAfter, 5*time.Minute)
 	c.History = cmp.Or(c.History, DefaultHistory)
 	c.CountBudget = cmp.Or(c.CountBudget, 400*time.Microsecond)
+	c.Alerts = c.Alerts.withDefaults()
 	a := &c.Alerts
-	a.LockWait = cmp.Or(a.LockWait, 50*time.Millisecond)
-	a.DepletionWithin = cmp.Or(a.DepletionWithin, 15*time.Minute)
-	a.DepletionFor = cmp.Or(a.DepletionFor, 5*time.Second)
-	a.ExpiredAfter = cmp.Or(a.ExpiredAfter, time.Second)
-	a.DeadRatio = cmp.Or(a.DeadRatio, 0.2)
-	a.Connections = cmp.Or(a.Connections, 0.9)
-	a.Hold = cmp.Or(a.Hold, 10*time.Second)
-	a.LWLockWaiters = cmp.Or(a.LWLockWaiters, 4)
 	switch {
 	case c.StuckAfter < 0 || c.History < 1 || c.CountBudget < 0:
 		return fmt.Errorf("collector: StuckAfter %v, History %d, CountBudget %v: out of range", c.StuckAfter, c.History, c.CountBudget)

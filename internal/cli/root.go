@@ -179,7 +179,7 @@ psql.
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.dsn, "dsn", "", "PostgreSQL URL or key=value string; watch, verify, doctor, migrate, seed and lease default to $DATABASE_URL, then the PG* variables; the demo, bench and chaos never read those: without --dsn they start an embedded server (work needs --dsn)")
 	pf.StringVar(&g.schema, "schema", "public", "schema that holds the pool")
-	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g), newBenchCmd(g), newChaosCmd(g), newVerifyCmd(g), newWatchCmd(g), newDoctorCmd(g), newWorkCmd(g), newReplayCmd(g))
+	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g), newBenchCmd(g), newChaosCmd(g), newVerifyCmd(g), newWatchCmd(g), newDoctorCmd(g), newWorkCmd(g), newReplayCmd(g), newAlertsCmd(g))
 	for _, c := range root.Commands() {
 		wrapArgs(c)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -42,12 +41,7 @@ func (o *watchOptions) addFlags(c *cobra.Command, g *globals) {
 	f.IntVar(&o.count, "count", 0, "with --headless: stop after this many polls (0: until Ctrl-C)")
 	f.DurationVar(&o.interval, "interval", time.Second, "time between polls (0.25s to 60s)")
 	f.DurationVar(&o.stuck, "stuck", 5*time.Minute, "PENDING rows unchanged for longer count as stuck")
-	f.DurationVar(&o.alerts.LockWait, "alert-lock-wait", 50*time.Millisecond, "alert when a session waits on a lock longer than this")
-	f.DurationVar(&o.alerts.DepletionWithin, "alert-depletion", 15*time.Minute, "alert when UNUSED runs out sooner than this at the current burn")
-	f.DurationVar(&o.alerts.ExpiredAfter, "alert-expired", time.Second, "alert when a lease expired longer ago than this is still PENDING (one reaper interval)")
-	f.Float64Var(&o.alerts.DeadRatio, "alert-dead-ratio", 0.2, "alert when dead tuples exceed this fraction of the table")
-	f.Float64Var(&o.alerts.Connections, "alert-connections", 0.9, "alert when connections exceed this fraction of max_connections")
-	f.IntVar(&o.alerts.LWLockWaiters, "alert-lwlock-waiters", 4, "alert when this many sessions on the pool wait on an LWLock (page latches), the mean of the last 5 polls")
+	addAlertFlags(f, &o.alerts)
 	g.jsonFlag(c, "with --headless: one JSON object per line")
 	o.sink.addFlags(c)
 }
@@ -72,30 +66,12 @@ func (o *watchOptions) config(g *globals, dsn string) (collector.Config, error) 
 	return collector.Config{DSN: dsn, From: g.dsnFrom(), Table: table, StuckAfter: o.stuck, Alerts: o.alerts}, nil
 }
 
-// checkAlerts validates the alert thresholds by name: a zero would silently
-// mean the default, and NaN would never fire.
+// checkAlerts validates the alert thresholds and --stuck by name.
 func (o *watchOptions) checkAlerts() error {
-	for _, d := range []struct {
-		flag string
-		v    time.Duration
-	}{{"--alert-lock-wait", o.alerts.LockWait}, {"--alert-depletion", o.alerts.DepletionWithin},
-		{"--alert-expired", o.alerts.ExpiredAfter}, {"--stuck", o.stuck}} {
-		if d.v <= 0 {
-			return usageError{fmt.Errorf("%s %v: give a positive duration (e.g. 50ms, 15m)", d.flag, d.v)}
-		}
+	if o.stuck <= 0 {
+		return usageError{fmt.Errorf("--stuck %v: give a positive duration (e.g. 50ms, 15m)", o.stuck)}
 	}
-	for _, r := range []struct {
-		flag string
-		v    float64
-	}{{"--alert-dead-ratio", o.alerts.DeadRatio}, {"--alert-connections", o.alerts.Connections}} {
-		if math.IsNaN(r.v) || r.v <= 0 || r.v > 1 {
-			return usageError{fmt.Errorf("%s %v: give a fraction above 0 and at most 1 (e.g. 0.2)", r.flag, r.v)}
-		}
-	}
-	if o.alerts.LWLockWaiters < 1 {
-		return usageError{fmt.Errorf("--alert-lwlock-waiters %d: give a number of sessions, at least 1 (e.g. 4)", o.alerts.LWLockWaiters)}
-	}
-	return nil
+	return checkAlertConfig(o.alerts)
 }
 
 // tableFlag is the pool table a --table flag names: schema.table, or the
