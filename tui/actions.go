@@ -219,3 +219,33 @@ func (m Model) doctorView(width, maxLines int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// runbookView is the runbook of each raised alert, from the catalogue, for
+// the help area: what it means, what to look at, what to do, and with what.
+func (m Model) runbookView(width, maxLines int) string {
+	specs := map[string]collector.AlertSpec{}
+	for _, s := range collector.Catalogue(collector.AlertConfig{}) {
+		specs[s.Name] = s
+	}
+	var lines []string
+	if m.snap != nil {
+		for _, a := range m.snap.Alerts {
+			s, ok := specs[a.Name]
+			if !a.Active || !ok {
+				continue
+			}
+			lines = append(lines,
+				truncate(fmt.Sprintf("%s (%s): %s", a.Name, s.Severity, s.Meaning), width),
+				truncate("  look at: "+s.Runbook.First, width),
+				truncate("  do: "+s.Runbook.Do, width),
+				truncate("  pooltop: "+s.Runbook.Tools, width))
+		}
+	}
+	if len(lines) == 0 {
+		return truncate("no alert raised · pooltop alerts prints every runbook · m hides this", width)
+	}
+	if len(lines) > maxLines {
+		lines = append(lines[:max(maxLines-1, 0)], truncate("… pooltop alerts prints every runbook in full", width))
+	}
+	return strings.Join(lines, "\n")
+}

@@ -141,6 +141,8 @@ type Model struct {
 	doctor     []collector.Check
 	doctorErr  string
 	showDoctor bool
+	// showRunbook shows the runbooks of the raised alerts (m).
+	showRunbook bool
 	// doctorAsked: the doctor has run, or runs, after the first poll.
 	doctorAsked bool
 	busy        string
@@ -349,6 +351,10 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 	case key.Matches(msg, k.Help):
 		m.showHelp = !m.showHelp
 		m.help.ShowAll = m.showHelp
+		m.cacheCharts()
+		return m, nil
+	case key.Matches(msg, k.Runbook):
+		m.showRunbook = !m.showRunbook
 		m.cacheCharts()
 		return m, nil
 	case key.Matches(msg, k.Doctor):

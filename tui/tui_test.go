@@ -761,3 +761,27 @@ func TestLaterStoryKeys(t *testing.T) {
 		t.Fatalf("story rows on a healthy fleet:\n%s", v)
 	}
 }
+
+// m shows the runbook of each raised alert, from the catalogue, and the
+// screen keeps its size.
+func TestRunbookOfTheRaisedAlert(t *testing.T) {
+	m := polled(t, canned(false), nil, 100, 30)
+	if v := m.View(); strings.Contains(v, "look at:") {
+		t.Fatalf("a runbook before m:\n%s", v)
+	}
+	m, _ = run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'m'}})
+	v := m.View()
+	if !strings.Contains(v, "lock_wait (page):") || !strings.Contains(v, "look at: who blocks whom") || strings.Contains(v, "depletion (page)") {
+		t.Fatalf("m shows no runbook of the raised lock_wait (and none of the calm depletion):\n%s", v)
+	}
+	for _, sz := range [][2]int{{80, 24}, {100, 30}} {
+		mm, _ := m.Update(tea.WindowSizeMsg{Width: sz[0], Height: sz[1]})
+		if v := mm.(Model).View(); strings.Count(v, "\n") != sz[1]-1 {
+			t.Fatalf("%dx%d with the runbook open: %d lines", sz[0], sz[1], strings.Count(v, "\n")+1)
+		}
+	}
+	m, _ = run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'m'}})
+	if v := m.View(); strings.Contains(v, "look at:") {
+		t.Fatalf("m again does not hide the runbook:\n%s", v)
+	}
+}

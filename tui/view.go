@@ -77,6 +77,9 @@ func (m Model) layout() layout {
 	if m.showDoctor {
 		l.help = m.doctorView(m.width, max(m.height/3, 2)) + "\n" + l.help
 	}
+	if m.showRunbook {
+		l.help = m.runbookView(m.width, max(m.height/3, 3)) + "\n" + l.help
+	}
 	l.helpH = lipgloss.Height(l.help)
 	banner := 0
 	if m.opts.Knobs != nil {
