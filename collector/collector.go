@@ -174,7 +174,8 @@ type Collector struct {
 	// burnSamples counts the burn samples so far, for the warm-up.
 	burnSamples int
 	alerts      map[string]*alertState
-	empty       bool // the pool was empty at the last poll
+	lastTotal   int64 // the pool's rows at the last poll: small pools are counted whole (exactRows)
+	empty       bool  // the pool was empty at the last poll
 	// parts count the UNUSED ids of each partition (empty on a plain
 	// table, or one of more than MaxPartitionCounts partitions).
 	parts partitionCounts
@@ -512,6 +513,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	claimsQ.queue(serverBatch)
 	fleetQ := c.fleet.plan(c.t.fleet, c.byIndex() && c.t.hasHolder)
 	fleetQ.queue(serverBatch, c.t.fleet, c.t.qualified)
+	exactQ := c.queueExact(pendingBatch, c.lastTotal)
 	uerr, perr := make(chan error, 1), make(chan error, 1)
 	go func() { uerr <- c.pool.SendBatch(ctx, unusedBatch).Close() }()
 	go func() { perr <- c.pool.SendBatch(ctx, pendingBatch).Close() }()
@@ -580,6 +582,8 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	if totalFig.estimated || unusedFig.estimated || pendingFig.estimated {
 		counts.Estimated = append(counts.Estimated, "consumed")
 	}
+	absorbExact(exactQ, counts)
+	c.lastTotal = counts.Total
 	s.PollMS = float64(time.Since(start).Microseconds()) / 1000
 	if c.cfg.Workload != nil {
 		if _, err := c.cfg.Workload.RefreshLeaked(ctx); err != nil && !errors.Is(err, context.Canceled) {

@@ -51,3 +51,6 @@ func Knockout(name string) (restore func()) {
 	*f = true
 	return func() { *f = false }
 }
+
+// ExactRows is the size up to which a pool is counted whole at every poll.
+const ExactRows = exactRows

@@ -420,3 +420,42 @@ func TestConsumedExactWhenStatisticsDrift(t *testing.T) {
 		})
 	}
 }
+
+// A pool of at most exactRows rows is counted whole at every poll, from
+// the second on: no figure is marked estimated, each is the truth, also
+// right after a change; a larger one is counted by parts. On the leak
+// shape (the states interleaved, leases expired long ago and none).
+func TestSmallPoolsAreCountedExactly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, c := range []struct {
+		rows  int
+		exact bool
+	}{{collector.ExactRows, true}, {collector.ExactRows + 10_000, false}} {
+		schema := shapes[1].build(t, c.rows)
+		conn := pgtest.Conn(t, schema)
+		col := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
+		cfg := col.Config()
+		for range 2 {
+			if _, err := col.Poll(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := conn.Exec(ctx, "UPDATE resource_pool SET status = 'CONSUMED', updated_at = now() WHERE id IN (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id DESC LIMIT 37)"); err != nil {
+			t.Fatal(err)
+		}
+		s, err := col.Poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.exact {
+			continue // counted by parts: TestCountsOnEveryShape holds those figures
+		}
+		if len(s.Pool.Estimated) != 0 {
+			t.Errorf("%d rows: figures marked estimated %v, want none", c.rows, s.Pool.Estimated)
+		}
+		if e, which := worstError(s.Pool, countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)); e != 0 {
+			t.Errorf("%d rows: %s off by %.2f%% right after a change", c.rows, which, e)
+		}
+	}
+}

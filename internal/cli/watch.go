@@ -116,9 +116,11 @@ with only the basic columns (id, identifier, status, leased_until,
 lease_token, updated_at). Sessions are read-only (application_name
 pooltop-collector).
 
-Figures listed under "estimated" come from statistics or a rolling
-recount spread over several polls instead of one exact count: an exact
-count of a ten-million-row pool takes seconds and slows the workers.
+A pool of at most 10,000 rows is counted whole at every poll: its figures
+are exact. On a larger pool, figures listed under "estimated" (~ on the
+dashboard) come from statistics or a rolling recount spread over several
+polls instead of one exact count: an exact count of a ten-million-row pool
+takes seconds and slows the workers.
 
   pooltop watch --dsn postgres://… --table public.resource_pool
   pooltop watch --dsn … --headless --json --count 10 --interval 1s
