@@ -128,7 +128,7 @@ func Catalogue(a AlertConfig) []AlertSpec {
 		Meaning: "Sessions on the pool queue on a page latch (LWLock): the claim head is a hot spot.",
 		Figure:  "sessions waiting on an LWLock in statements on the pool, the mean of the last 5 polls (lwlock_waits; pooltop_lwlock_waiters)",
 		Flag:    "--alert-lwlock-waiters", Threshold: strconv.Itoa(a.LWLockWaiters),
-		Raise: "once the mean of the last 5 polls reaches the threshold",
+		Raise: "once the mean of the last 5 polls has stayed at or above the threshold for " + a.LWLockFor.String(),
 		Clear: "once the mean has stayed at or under half the threshold for " + hold,
 		Expr:  "avg_over_time(pooltop_lwlock_waiters[1m]) >= " + strconv.Itoa(a.LWLockWaiters), For: "5m",
 		Runbook: Runbook{
@@ -210,5 +210,6 @@ func (a AlertConfig) withDefaults() AlertConfig {
 	a.Connections = cmp.Or(a.Connections, 0.9)
 	a.Hold = cmp.Or(a.Hold, 10*time.Second)
 	a.LWLockWaiters = cmp.Or(a.LWLockWaiters, 4)
+	a.LWLockFor = cmp.Or(a.LWLockFor, time.Minute)
 	return a
 }

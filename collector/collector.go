@@ -45,6 +45,10 @@ type AlertConfig struct {
 	// LWLock, the mean of the last 5 polls (4): page-latch contention,
 	// which hash partitioning spreads.
 	LWLockWaiters int
+	// LWLockFor is how long that mean must stay at the threshold before the
+	// alert is raised (1 min): a busy but healthy pool queues on its head
+	// page in bursts; a queue that lasts a minute is worth a ticket.
+	LWLockFor time.Duration
 	// Hold is how long a raised alert's figure must stay calm (under a
 	// lower threshold: half the lock wait, three quarters of the dead
 	// ratio, a third more time to depletion, 10 points of connections)
@@ -174,8 +178,9 @@ type Collector struct {
 	// burnSamples counts the burn samples so far, for the warm-up.
 	burnSamples int
 	alerts      map[string]*alertState
-	lastTotal   int64 // the pool's rows at the last poll: small pools are counted whole (exactRows)
-	empty       bool  // the pool was empty at the last poll
+	lastTotal   int64     // the pool's rows at the last poll: small pools are counted whole (exactRows)
+	lwHighSince time.Time // since when the LWLock waiters' mean has been at the threshold
+	empty       bool      // the pool was empty at the last poll
 	// parts count the UNUSED ids of each partition (empty on a plain
 	// table, or one of more than MaxPartitionCounts partitions).
 	parts partitionCounts

@@ -98,11 +98,12 @@ func TestNoPartitionsOnAPlainPool(t *testing.T) {
 	}
 }
 
-// The LWLock alert is raised at the threshold's count of waiters, stays up
-// while the count is above half of it, and clears after the hold once calm.
+// The LWLock alert is raised once the mean of 5 polls has stayed at the
+// threshold for LWLockFor, stays up while the mean is above half of it, and
+// clears after the hold once calm.
 func TestLWLockAlert(t *testing.T) {
 	b := setup(t, 10)
-	c := b.collector(t, collector.Config{Alerts: collector.AlertConfig{LWLockWaiters: 4, Hold: time.Second}})
+	c := b.collector(t, collector.Config{Alerts: collector.AlertConfig{LWLockWaiters: 4, LWLockFor: 2 * time.Second, Hold: time.Second}})
 	at := time.Now()
 	state := func(n int) collector.Alert {
 		t.Helper()
@@ -125,7 +126,9 @@ func TestLWLockAlert(t *testing.T) {
 		{12, 0, false}, {3, time.Second, false}, {0, time.Second, false}, {0, time.Second, false},
 		{0, time.Second, false},                                                   // 12 3 0 0 0: mean 3.0
 		{6, time.Second, false}, {6, time.Second, false}, {6, time.Second, false}, // 0 0 6 6 6: 3.6
-		{6, time.Second, true}, // 0 6 6 6 6: 4.8
+		{6, time.Second, false}, // 0 6 6 6 6: 4.8, at the threshold since now
+		{6, time.Second, false}, // 6 6 6 6 6: for 1 s
+		{6, time.Second, true},  // for 2 s: LWLockFor
 		{3, time.Second, true}, {0, time.Second, true},
 		{0, time.Second, true},      // 6 6 3 0 0: 3.0, not calm yet
 		{0, time.Second, true},      // 6 3 0 0 0: 1.8, calm since now
@@ -140,7 +143,7 @@ func TestLWLockAlert(t *testing.T) {
 	}
 	// Reset starts the history again: the polls before it are not in the
 	// mean (a demo's fresh pool does not inherit the old one's waits).
-	for range 4 {
+	for range 8 {
 		at = at.Add(time.Second)
 		state(6)
 	}

@@ -286,7 +286,14 @@ func (c *Collector) evaluate(s *Snapshot, ev func(kind, format string, args ...a
 	}
 	lwMean := float64(lwSum) / float64(len(c.lwRecent))
 	full := len(c.lwRecent) == lwlockPolls
-	rule(AlertLWLock, full && lwMean >= float64(a.LWLockWaiters), lwMean <= float64(a.LWLockWaiters)/2,
+	high := full && lwMean >= float64(a.LWLockWaiters)
+	switch {
+	case !high:
+		c.lwHighSince = time.Time{}
+	case c.lwHighSince.IsZero():
+		c.lwHighSince = s.Time
+	}
+	rule(AlertLWLock, high && s.Time.Sub(c.lwHighSince) >= a.LWLockFor, lwMean <= float64(a.LWLockWaiters)/2,
 		"%.1f sessions waiting on an LWLock in statements on the pool, the mean of the last %d polls, most on %s now (threshold %d): page-latch contention; more partitions spread it",
 		lwMean, len(c.lwRecent), top, a.LWLockWaiters)
 	rule(AlertReaperLag, s.Pool.ExpiredOld > 0, s.Pool.ExpiredOld == 0,
@@ -340,7 +347,7 @@ func (c *Collector) Reset(rebuilt bool) {
 	}
 	c.prev, c.burn, c.burnSamples, c.empty, c.drainingSince, c.sampleFrom = nil, 0, 0, false, time.Time{}, time.Time{}
 	c.alerts = map[string]*alertState{}
-	c.lwRecent = nil
+	c.lwRecent, c.lwHighSince = nil, time.Time{}
 }
 
 // Suspend stops recording polls until the next Reset: the demo calls it

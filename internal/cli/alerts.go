@@ -47,7 +47,7 @@ func addAlertFlags(f *pflag.FlagSet, a *collector.AlertConfig) {
 	f.DurationVar(&a.ExpiredAfter, "alert-expired", time.Second, "alert when a lease expired longer ago than this is still PENDING (one reaper interval)")
 	f.Float64Var(&a.DeadRatio, "alert-dead-ratio", 0.2, "alert when dead tuples exceed this fraction of the table")
 	f.Float64Var(&a.Connections, "alert-connections", 0.9, "alert when connections exceed this fraction of max_connections")
-	f.IntVar(&a.LWLockWaiters, "alert-lwlock-waiters", 4, "alert when this many sessions on the pool wait on an LWLock (page latches), the mean of the last 5 polls")
+	f.IntVar(&a.LWLockWaiters, "alert-lwlock-waiters", 4, "alert when this many sessions on the pool wait on an LWLock (page latches), the mean of the last 5 polls, for a minute")
 }
 
 // checkAlertConfig validates the thresholds by flag: a zero would silently
