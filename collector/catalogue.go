@@ -88,7 +88,7 @@ func Catalogue(a AlertConfig) []AlertSpec {
 		Flag:    "--alert-expired", Threshold: a.ExpiredAfter.String(),
 		Raise: "at the first poll that counts one",
 		Clear: "once none is left, for " + hold,
-		Expr:  "pooltop_pool_reaper_lag_ids > 0", For: "2m",
+		Expr:  "pooltop_pool_reaper_lag_ids > 0", For: "30s",
 		Runbook: Runbook{
 			First:  "the holders line: which holder has the expired leases (one dead pod, or all of them?)",
 			Causes: "the reaper is down or disabled; it is too slow for the expiries (its batch); it is blocked (lock waits); the PENDING index it needs is missing",
