@@ -274,6 +274,7 @@ func TestDemoScriptInTmux(t *testing.T) {
 			// 6: blocking-contention, sessions wait; s twice back to skip-locked, the waits go.
 			r.press("6")
 			r.waitNumber(banner("6 blocking-contention", `(?:lock waits: )?waiting (\d+)`), positive, wait)
+			r.waitFor("ALERT lock_wait", 30*time.Second) // the alert that names the failure
 			r.press("s")
 			r.waitFor("strategy optimistic", wait)
 			r.press("s")
@@ -285,12 +286,14 @@ func TestDemoScriptInTmux(t *testing.T) {
 			// &: vacuum-off, dead tuples pile up; u turns autovacuum back on.
 			r.pressLiteral("&")
 			r.waitNumber(banner("& vacuum-off", `dead(?: tuples)? ([\d,.]+k?) · autovac(?:uum)? OFF`), atLeast(5000), wait)
+			r.waitFor("ALERT dead_tuples", 30*time.Second)
 			r.pressLiteral("u")
 			r.waitFor("autovacuum OFF → on", wait)
 			// 8: drain, the pool runs dry.
 			r.press("8")
 			r.waitNumber(banner("8 drain", `UNUSED ([\d,]+)`), zero, wait)
 			r.waitFor("EMPTY", wait)
+			r.waitFor("ALERT depletion", 30*time.Second)
 			// r: a reset says so.
 			r.press("r")
 			r.waitFor("counters, charts and alerts reset", wait)
