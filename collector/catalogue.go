@@ -65,7 +65,7 @@ func Catalogue(a AlertConfig) []AlertSpec {
 			First:  "who blocks whom: the root blocker, its state and query, and how many wait behind it",
 			Causes: "claims without SKIP LOCKED (the blocking strategy); a transaction left open after claiming (idle in transaction); a long batch or a migration holding rows",
 			Do:     "end the root blocker if it is stuck (cancel its query, or terminate it); make claims use FOR UPDATE SKIP LOCKED; fix the application that leaves transactions open",
-			Tools:  "watch --allow-actions: ↑/↓ to the blocker, x cancels, X terminates; doctor (claims without SKIP LOCKED)",
+			Tools:  "watch --allow-actions: ↑/↓ to the blocker, x cancels, X terminates; doctor (claim_statements)",
 		},
 	}, {
 		Name: AlertDepletion, Severity: SeverityPage, Rule: "PooltopDepletion",
@@ -96,6 +96,20 @@ func Catalogue(a AlertConfig) []AlertSpec {
 			Tools:  "pooltop lease reap; lease release --holder H --expired (--dry-run first); doctor (reaper_index); watch --allow-actions: x on a holder",
 		},
 	}, {
+		Name: AlertNoLease, Severity: SeverityPage, Rule: "PooltopNoLease",
+		Meaning: "PENDING ids are held with no lease: no reaper can ever take them back, so every holder that dies leaks its ids for good (the zombie resource crisis).",
+		Figure:  "PENDING ids whose leased_until is NULL (pool.no_lease; pooltop_pool_no_lease_ids); not counted on a pool above 10,000 rows without a PENDING index",
+		Flag:    "none (any)", Threshold: "0",
+		Raise: "once such ids have been held for " + a.NoLeaseFor.String(),
+		Clear: "once none is left, for " + hold,
+		Expr:  "pooltop_pool_no_lease_ids > 0", For: "1m",
+		Runbook: Runbook{
+			First:  "the holders line and lease list: which holders claim without a lease",
+			Causes: "an application (or pooltop lease acquire --no-lease) claims without setting leased_until; a hand-written claim that forgets the lease",
+			Do:     "make every claim set a lease on the database clock; free the ids of holders that are gone",
+			Tools:  "pooltop lease list --by-holder; lease release --holder H; doctor (unleased_pending)",
+		},
+	}, {
 		Name: AlertDeadTuples, Severity: SeverityTicket, Rule: "PooltopDeadTuples",
 		Meaning: "Dead row versions pile up in the pool table: vacuum is not keeping up, and every claim reads more.",
 		Figure:  "dead / (live + dead) tuples of the pool table (dead_ratio; pooltop_dead_tuples, pooltop_live_tuples)",
@@ -107,7 +121,7 @@ func Catalogue(a AlertConfig) []AlertSpec {
 			First:  "the dead tuples chart and the xmin holder line: is a vacuum running, and is a transaction holding the horizon?",
 			Causes: "a long transaction (or a replication slot) holds the xmin horizon; autovacuum is off for the table or too slow for its churn",
 			Do:     "end the transaction holding the horizon; set autovacuum_vacuum_scale_factor lower and naptime shorter for the table; VACUUM it",
-			Tools:  "doctor (autovacuum, xmin_holder, with the SQL to run); watch --allow-actions: X on the xmin holder",
+			Tools:  "doctor (autovacuum, xmin_horizon, with the SQL to run); watch --allow-actions: X on the xmin holder",
 		},
 	}, {
 		Name: AlertConnections, Severity: SeverityTicket, Rule: "PooltopConnections",
@@ -211,5 +225,6 @@ func (a AlertConfig) withDefaults() AlertConfig {
 	a.Hold = cmp.Or(a.Hold, 10*time.Second)
 	a.LWLockWaiters = cmp.Or(a.LWLockWaiters, 4)
 	a.LWLockFor = cmp.Or(a.LWLockFor, time.Minute)
+	a.NoLeaseFor = cmp.Or(a.NoLeaseFor, 10*time.Second)
 	return a
 }

@@ -49,6 +49,10 @@ type AlertConfig struct {
 	// alert is raised (1 min): a busy but healthy pool queues on its head
 	// page in bursts; a queue that lasts a minute is worth a ticket.
 	LWLockFor time.Duration
+	// NoLeaseFor is how long PENDING ids without a lease must be held
+	// before the no_lease alert is raised (10 s): a claim and its first
+	// renewal in two statements is not a leak.
+	NoLeaseFor time.Duration
 	// Hold is how long a raised alert's figure must stay calm (under a
 	// lower threshold: half the lock wait, three quarters of the dead
 	// ratio, a third more time to depletion, 10 points of connections)
@@ -176,11 +180,12 @@ type Collector struct {
 	prev      *raw
 	burn      float64 // smoothed
 	// burnSamples counts the burn samples so far, for the warm-up.
-	burnSamples int
-	alerts      map[string]*alertState
-	lastTotal   int64     // the pool's rows at the last poll: small pools are counted whole (exactRows)
-	lwHighSince time.Time // since when the LWLock waiters' mean has been at the threshold
-	empty       bool      // the pool was empty at the last poll
+	burnSamples  int
+	alerts       map[string]*alertState
+	lastTotal    int64     // the pool's rows at the last poll: small pools are counted whole (exactRows)
+	lwHighSince  time.Time // since when the LWLock waiters' mean has been at the threshold
+	noLeaseSince time.Time // since when PENDING ids without a lease have been held
+	empty        bool      // the pool was empty at the last poll
 	// parts count the UNUSED ids of each partition (empty on a plain
 	// table, or one of more than MaxPartitionCounts partitions).
 	parts partitionCounts
@@ -578,6 +583,10 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	}
 	if pendingFig.estimated {
 		counts.Estimated = append(counts.Estimated, "pending", "expired", "stuck")
+	}
+	if pendingQ != nil && pendingFig.noLeaseKnown {
+		n := pendingFig.noLease
+		counts.NoLease = &n
 	}
 	if c.t.unusedIndex == "" {
 		s.Limits = append(s.Limits, fmt.Sprintf("no partial index on UNUSED rows: UNUSED is counted through the primary key, slowly; claims need it too: CREATE INDEX CONCURRENTLY ON %s (id) WHERE status = 'UNUSED'", c.t.qualified))

@@ -16,8 +16,8 @@ const exactRows = 10_000
 
 // exactQuery counts a small pool whole.
 type exactQuery struct {
-	ok                                                 bool
-	total, unused, pending, expired, expiredOld, stuck int64
+	ok                                                          bool
+	total, unused, pending, expired, expiredOld, stuck, noLease int64
 }
 
 // queueExact adds the whole count to b when the pool is small and has the
@@ -34,11 +34,12 @@ func (c *Collector) queueExact(b *pgx.Batch, lastTotal int64) *exactQuery {
 	}
 	sql := fmt.Sprintf(`SELECT count(*), count(*) FILTER (WHERE status = 'UNUSED'), count(*) FILTER (WHERE status = 'PENDING'),
 		count(*) FILTER (WHERE status = 'PENDING' AND leased_until < now()),
-		count(*) FILTER (WHERE status = 'PENDING' AND leased_until < now() - $1::bigint * interval '1 microsecond'), %s
+		count(*) FILTER (WHERE status = 'PENDING' AND leased_until < now() - $1::bigint * interval '1 microsecond'),
+		count(*) FILTER (WHERE status = 'PENDING' AND leased_until IS NULL), %s
 		FROM %s`, stuck, c.t.qualified)
 	b.Queue(sql, c.cfg.Alerts.ExpiredAfter.Microseconds(), c.cfg.StuckAfter.Microseconds()).QueryRow(func(row pgx.Row) error {
 		var st *int64
-		if err := row.Scan(&q.total, &q.unused, &q.pending, &q.expired, &q.expiredOld, &st); err != nil {
+		if err := row.Scan(&q.total, &q.unused, &q.pending, &q.expired, &q.expiredOld, &q.noLease, &st); err != nil {
 			return fmt.Errorf("exact count: %w", err)
 		}
 		q.stuck, q.ok = -1, true
@@ -58,6 +59,8 @@ func absorbExact(q *exactQuery, p *Pool) {
 	}
 	p.Total, p.Unused, p.Pending, p.Expired, p.ExpiredOld = q.total, q.unused, q.pending, q.expired, q.expiredOld
 	p.Consumed = max(0, q.total-q.unused-q.pending)
+	noLease := q.noLease
+	p.NoLease = &noLease
 	exact := []string{"unused", "pending", "expired", "consumed"}
 	if q.stuck >= 0 {
 		p.Stuck = q.stuck

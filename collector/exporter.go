@@ -60,6 +60,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 var (
 	descPoolIDs      = desc("pooltop_pool_ids", "Ids of the pool by state: unused, pending (held), expired (pending whose lease has passed, a part of pending), consumed.", "state")
 	descStuck        = desc("pooltop_pool_stuck_ids", "PENDING ids nothing will free: a lease expired longer ago than --stuck, or no lease and unchanged that long.")
+	descNoLease      = desc("pooltop_pool_no_lease_ids", "PENDING ids held with no lease (leased_until NULL): a holder that dies leaks them for good; absent where not counted.")
 	descReaperLag    = desc("pooltop_pool_reaper_lag_ids", "PENDING ids whose lease expired longer ago than one reaper interval (--alert-expired): the reaper lags.")
 	descEstimated    = desc("pooltop_pool_ids_estimated", "1 when the count of that state comes from statistics or a rolling recount instead of one exact count.", "state")
 	descWaiters      = desc("pooltop_lock_waiters", "Sessions waiting on a lock on the pool or its ledger.")
@@ -107,7 +108,7 @@ var workloadCounters = []struct {
 
 // Describe sends every metric's description.
 func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPoolIDs, descStuck, descReaperLag, descEstimated, descWaiters, descWaitMax, descLWLock, descPartUnused, descDead, descLive, descBurn,
+	for _, d := range []*prometheus.Desc{descPoolIDs, descStuck, descReaperLag, descNoLease, descEstimated, descWaiters, descWaitMax, descLWLock, descPartUnused, descDead, descLive, descBurn,
 		descETA, descConsumedRate, descConns, descMaxConns, descAlert, descPollTime, descWorkers, descLeaked, descErrors,
 		descFleet, descFleetCycles, descFleetHeld} {
 		ch <- d
@@ -148,6 +149,9 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descStuck, float64(p.Stuck))
 	gauge(descReaperLag, float64(p.ExpiredOld))
+	if p.NoLease != nil {
+		gauge(descNoLease, float64(*p.NoLease))
+	}
 	gauge(descWaiters, float64(s.LockWaiters))
 	gauge(descWaitMax, s.LockWaitMaxMS/1000)
 	gauge(descLWLock, float64(s.LWLockWaits))

@@ -153,3 +153,43 @@ func TestLWLockAlert(t *testing.T) {
 		t.Fatalf("raised at the first poll after a reset: %s", a.Message)
 	}
 }
+
+// PENDING ids held with no lease are counted (pool.no_lease) and raise
+// no_lease once held for NoLeaseFor; it clears after the hold once none is
+// left, and is absent where the figure is not counted.
+func TestNoLeaseAlert(t *testing.T) {
+	b := setup(t, 20_000) // past the size counted whole: the PENDING index counts them
+	if _, err := b.eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{Holder: "careless", N: 7, NoLease: true}); err != nil {
+		t.Fatal(err)
+	}
+	c := b.collector(t, collector.Config{Alerts: collector.AlertConfig{NoLeaseFor: 2 * time.Second, Hold: time.Second}})
+	s := pollUntil(t, c, "the ids held with no lease counted", func(s collector.Snapshot) bool {
+		return s.Pool.NoLease != nil && *s.Pool.NoLease == 7
+	})
+	at := s.Time
+	state := func(n *int64) (collector.Alert, bool) {
+		t.Helper()
+		s := &collector.Snapshot{Time: at, Pool: collector.Pool{NoLease: n}}
+		collector.EvaluateAlerts(c, s)
+		for _, a := range s.Alerts {
+			if a.Name == collector.AlertNoLease {
+				return a, true
+			}
+		}
+		return collector.Alert{}, false
+	}
+	seven, zero := int64(7), int64(0)
+	for _, step := range []struct {
+		n      *int64
+		after  time.Duration
+		active bool
+	}{{&seven, time.Second, false}, {&seven, 2 * time.Second, true}, {&zero, time.Second, true}, {&zero, 2 * time.Second, false}} {
+		at = at.Add(step.after)
+		if a, ok := state(step.n); !ok || a.Active != step.active {
+			t.Fatalf("no_lease %d: active %v (listed %v), want %v", *step.n, a.Active, ok, step.active)
+		}
+	}
+	if _, ok := state(nil); ok {
+		t.Fatal("no_lease listed where the figure is not counted")
+	}
+}

@@ -519,6 +519,9 @@ type pendingFigures struct {
 	ageS      float64
 	freed     bool // the reaper's end of the index lost rows since its last count
 	server    time.Time
+	// noLease is the PENDING rows without a lease (known once counted).
+	noLease      int64
+	noLeaseKnown bool
 }
 
 // absorb takes the results of q into the counter and returns the figures.
@@ -647,6 +650,7 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		oldest = p.none.at
 	}
 	f.pending = keyed + q.forever + p.none.n
+	f.noLease, f.noLeaseKnown = p.none.n, p.none.counted
 	f.expired, f.expiredOld = below[0], below[1]
 	f.stuck = below[2] + p.none.stuck
 	f.oldest = p.none.oldest

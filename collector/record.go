@@ -298,6 +298,17 @@ func (c *Collector) evaluate(s *Snapshot, ev func(kind, format string, args ...a
 		lwMean, len(c.lwRecent), top, a.LWLockWaiters)
 	rule(AlertReaperLag, s.Pool.ExpiredOld > 0, s.Pool.ExpiredOld == 0,
 		"%d leases expired more than %v ago are still PENDING", s.Pool.ExpiredOld, a.ExpiredAfter)
+	noLease := s.Pool.NoLease != nil && *s.Pool.NoLease > 0
+	switch {
+	case !noLease:
+		c.noLeaseSince = time.Time{}
+	case c.noLeaseSince.IsZero():
+		c.noLeaseSince = s.Time
+	}
+	if s.Pool.NoLease != nil {
+		rule(AlertNoLease, noLease && s.Time.Sub(c.noLeaseSince) >= a.NoLeaseFor, !noLease,
+			"%d PENDING ids are held with no lease: if their holders die, nothing will ever free them (claim with a lease)", *s.Pool.NoLease)
+	}
 	rule(AlertDeadTuples, s.DeadRatio > a.DeadRatio, s.DeadRatio <= a.DeadRatio*3/4,
 		"dead tuples %.0f%% of the table (threshold %.0f%%)", 100*s.DeadRatio, 100*a.DeadRatio)
 	used := float64(s.Connections) / math.Max(float64(s.MaxConnections), 1)
@@ -347,7 +358,7 @@ func (c *Collector) Reset(rebuilt bool) {
 	}
 	c.prev, c.burn, c.burnSamples, c.empty, c.drainingSince, c.sampleFrom = nil, 0, 0, false, time.Time{}, time.Time{}
 	c.alerts = map[string]*alertState{}
-	c.lwRecent, c.lwHighSince = nil, time.Time{}
+	c.lwRecent, c.lwHighSince, c.noLeaseSince = nil, time.Time{}, time.Time{}
 }
 
 // Suspend stops recording polls until the next Reset: the demo calls it

@@ -20,6 +20,10 @@ type Pool struct {
 	Stuck int64 `json:"stuck"`
 	// ExpiredOld: expired for longer than a reaper interval (the reaper lags).
 	ExpiredOld int64 `json:"expired_old"`
+	// NoLease: PENDING ids with no lease at all (leased_until NULL): a
+	// holder that dies leaks them for good. Null where pooltop cannot count
+	// them at every poll (a pool without a PENDING index, above 10,000 rows).
+	NoLease *int64 `json:"no_lease"`
 	// OldestPendingS: how long the longest-waiting PENDING row that nothing
 	// frees has waited: since its lease expired, or, without a lease, since
 	// it last changed. Null when there is none.

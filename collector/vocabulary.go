@@ -12,6 +12,7 @@ const (
 	AlertDeadTuples  AlertName = "dead_tuples"  // dead tuples above the threshold share of the table
 	AlertConnections AlertName = "connections"  // connections above the threshold share of max_connections
 	AlertLWLock      AlertName = "lwlock_waits" // sessions on the pool waiting on an LWLock (page latches) at or above the threshold
+	AlertNoLease     AlertName = "no_lease"     // PENDING ids held with no lease: a crashed holder leaks them for good
 )
 
 // EventKind says what an event of the log reports; the JSON value of Event.Kind.

@@ -46,7 +46,7 @@ func TestAlertFilesAreTheCatalogue(t *testing.T) {
 	}
 	generated(t, "contrib/prometheus/pooltop-alerts.yml", r.stdout, "go run . alerts --prometheus > contrib/prometheus/pooltop-alerts.yml")
 	generated(t, "contrib/prometheus/pooltop-alerts_test.yml", promtoolTests(t), "the test writes it")
-	for _, name := range []string{"lock_wait", "depletion", "reaper_lag", "dead_tuples", "connections", "lwlock_waits"} {
+	for _, name := range []string{"lock_wait", "depletion", "reaper_lag", "dead_tuples", "connections", "lwlock_waits", "no_lease"} {
 		if !strings.Contains(r.stdout, "pooltop_alert: "+name) {
 			t.Errorf("the rules file has no rule for %s", name)
 		}
@@ -122,6 +122,7 @@ func promtoolTests(t *testing.T) string {
 	add(in("pooltop_depletion_eta_seconds", "", flat("300"), flat("5000")))
 	add(in("pooltop_pool_ids", `state="unused"`, flat("1000"), flat("100000")))
 	add(in("pooltop_pool_reaper_lag_ids", "", flat("5"), flat("0")))
+	add(in("pooltop_pool_no_lease_ids", "", flat("30"), flat("0")))
 	add(in("pooltop_dead_tuples", "", flat("500"), flat("10")))
 	add(in("pooltop_live_tuples", "", flat("1000"), flat("1000")))
 	add(in("pooltop_connections", "", flat("95"), flat("50")))

@@ -233,6 +233,7 @@ func TestDemoScriptInTmux(t *testing.T) {
 			// 2: crash-no-lease, leaked climbs.
 			r.press("2")
 			r.waitNumber(banner("2 crash-no-lease", `leaked ([\d,]+)`), positive, wait)
+			r.waitFor("ALERT no_lease", 30*time.Second)
 			// 3: crash-with-lease, the reaper brings them back.
 			r.press("3")
 			r.waitNumber(banner("3 crash-with-lease", `reclaimed ([\d,]+)`), positive, wait)
