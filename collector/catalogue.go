@@ -58,7 +58,7 @@ func Catalogue(a AlertConfig) []AlertSpec {
 		Meaning: "A session touching the pool or its ledger waits on a lock. A claim must never wait (SKIP LOCKED); a waiter is a blocking claim or a transaction holding rows.",
 		Figure:  "the longest current lock wait (lock_wait_max_ms; pooltop_lock_wait_max_seconds)",
 		Flag:    "--alert-lock-wait", Threshold: a.LockWait.String(),
-		Raise: "at the first poll whose longest wait passes the threshold",
+		Raise: "when the longest wait is over the threshold at 3 of the last 5 polls, or at once when one wait has lasted " + a.LockWaitFor.String(),
 		Clear: "once the longest wait has stayed at or under half the threshold for " + hold,
 		Expr:  "pooltop_lock_wait_max_seconds > " + num(a.LockWait.Seconds()), For: "1m",
 		Runbook: Runbook{
@@ -217,6 +217,7 @@ func PrometheusRules(a AlertConfig) []PrometheusRule {
 // withDefaults fills the zero thresholds with their defaults.
 func (a AlertConfig) withDefaults() AlertConfig {
 	a.LockWait = cmp.Or(a.LockWait, 50*time.Millisecond)
+	a.LockWaitFor = cmp.Or(a.LockWaitFor, 3*time.Second)
 	a.DepletionWithin = cmp.Or(a.DepletionWithin, 15*time.Minute)
 	a.DepletionFor = cmp.Or(a.DepletionFor, 5*time.Second)
 	a.ExpiredAfter = cmp.Or(a.ExpiredAfter, time.Second)

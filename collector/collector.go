@@ -31,7 +31,12 @@ type WorkloadSource interface {
 // AlertConfig holds the alert thresholds; a zero field takes the default,
 // the same as pooltop watch's flags.
 type AlertConfig struct {
-	LockWait        time.Duration // a session waits on a lock longer than this (50 ms: a claim should never wait)
+	LockWait time.Duration // a session waits on a lock longer than this (50 ms: a claim should never wait)
+	// LockWaitFor: one wait this long raises lock_wait at once (3 s);
+	// shorter ones must recur, over LockWait at 3 of the last 5 polls: a
+	// commit that waits 100 ms once on a saturated server is not a page,
+	// claims that keep waiting are.
+	LockWaitFor     time.Duration
 	DepletionWithin time.Duration // UNUSED runs out sooner than this at the current burn (15 min)
 	// DepletionFor is how long the time to empty must stay under
 	// DepletionWithin before the alert is raised (5 s): a burst of claims,
@@ -185,6 +190,7 @@ type Collector struct {
 	lastTotal    int64     // the pool's rows at the last poll: small pools are counted whole (exactRows)
 	lwHighSince  time.Time // since when the LWLock waiters' mean has been at the threshold
 	noLeaseSince time.Time // since when PENDING ids without a lease have been held
+	lockRecent   []bool    // the last polls' longest lock wait over the threshold
 	empty        bool      // the pool was empty at the last poll
 	// parts count the UNUSED ids of each partition (empty on a plain
 	// table, or one of more than MaxPartitionCounts partitions).

@@ -245,7 +245,7 @@ func TestLockWaitsAndBlockingTree(t *testing.T) {
 		_, err := waiter.Exec(b.ctx, "UPDATE resource_pool SET updated_at = now() WHERE id = 1")
 		done <- err
 	}()
-	c := b.collector(t, collector.Config{Alerts: collector.AlertConfig{LockWait: 100 * time.Millisecond, Hold: time.Second}})
+	c := b.collector(t, collector.Config{Alerts: collector.AlertConfig{LockWait: 100 * time.Millisecond, LockWaitFor: 100 * time.Millisecond, Hold: time.Second}})
 	s := pollUntil(t, c, "a waiter past 150 ms", func(s collector.Snapshot) bool { return s.LockWaiters == 1 && s.LockWaitMaxMS > 150 })
 	w := s.Waiters[0]
 	if w.PID != waiterPID || len(w.BlockedBy) != 1 || w.BlockedBy[0] != holderPID || !strings.HasPrefix(w.WaitEvent, "Lock") {

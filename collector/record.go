@@ -251,7 +251,19 @@ func (c *Collector) evaluate(s *Snapshot, ev func(kind, format string, args ...a
 		s.Alerts = append(s.Alerts, st.Alert)
 	}
 	wait := float64(a.LockWait.Milliseconds())
-	rule(AlertLockWait, s.LockWaitMaxMS > wait, s.LockWaitMaxMS <= wait/2,
+	waiting := s.LockWaitMaxMS > wait
+	c.lockRecent = append(c.lockRecent, waiting)
+	if len(c.lockRecent) > lockPolls {
+		c.lockRecent = c.lockRecent[1:]
+	}
+	over := 0
+	for _, w := range c.lockRecent {
+		if w {
+			over++
+		}
+	}
+	recurs := over >= lockPollsOver || s.LockWaitMaxMS >= float64(a.LockWaitFor.Milliseconds())
+	rule(AlertLockWait, waiting && recurs, s.LockWaitMaxMS <= wait/2,
 		"longest lock wait %.0f ms (threshold %v)", s.LockWaitMaxMS, a.LockWait)
 	within := a.DepletionWithin.Seconds()
 	empty := s.Pool.Unused == 0 && s.Pool.Total > 0
@@ -316,6 +328,13 @@ func (c *Collector) evaluate(s *Snapshot, ev func(kind, format string, args ...a
 	rule(AlertConnections, conn, used <= a.Connections-0.1, "%d of %d connections in use (threshold %.0f%%)", s.Connections, s.MaxConnections, 100*a.Connections)
 }
 
+// lock_wait is raised when the longest wait is over the threshold at
+// lockPollsOver of the last lockPolls polls.
+const (
+	lockPolls     = 5
+	lockPollsOver = 3
+)
+
 // lwlockPolls: the LWLock alert weighs the mean waiters of this many polls.
 const lwlockPolls = 5
 
@@ -358,7 +377,7 @@ func (c *Collector) Reset(rebuilt bool) {
 	}
 	c.prev, c.burn, c.burnSamples, c.empty, c.drainingSince, c.sampleFrom = nil, 0, 0, false, time.Time{}, time.Time{}
 	c.alerts = map[string]*alertState{}
-	c.lwRecent, c.lwHighSince, c.noLeaseSince = nil, time.Time{}, time.Time{}
+	c.lwRecent, c.lwHighSince, c.noLeaseSince, c.lockRecent = nil, time.Time{}, time.Time{}, nil
 }
 
 // Suspend stops recording polls until the next Reset: the demo calls it

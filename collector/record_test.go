@@ -34,6 +34,7 @@ func active(s Snapshot, name string) bool {
 // only after the waits stayed under half the threshold for the hold.
 func TestAlertHysteresis(t *testing.T) {
 	c := bare(t)
+	c.cfg.Alerts.LockWaitFor = time.Millisecond // raised at the first wait over the threshold
 	t0 := time.Unix(1_700_000_000, 0)
 	waits := []struct {
 		ms         float64
@@ -106,6 +107,7 @@ func TestEventsMerge(t *testing.T) {
 // and alerts start empty.
 func TestResetDropsHistory(t *testing.T) {
 	c := bare(t)
+	c.cfg.Alerts.LockWaitFor = time.Millisecond // raised at the first wait over the threshold
 	t0 := time.Unix(1_700_000_000, 0)
 	s := Snapshot{Time: t0, LockWaitMaxMS: 80}
 	c.record(&s, c.startPoll())
@@ -165,5 +167,33 @@ func TestTroubleSeries(t *testing.T) {
 		if !ok || p.V != want {
 			t.Errorf("%s: %v, want %v", name, p.V, want)
 		}
+	}
+}
+
+// lock_wait is raised when waits over the threshold recur (3 of the last
+// 5 polls), or at once for one wait of LockWaitFor; a wait of 100 ms at a
+// poll or two (a saturated server) raises nothing.
+func TestLockWaitMustRecur(t *testing.T) {
+	c := bare(t)
+	t0 := time.Unix(1_700_000_000, 0)
+	for i, w := range []struct {
+		ms         float64
+		wantActive bool
+	}{
+		{104, false}, {66, false}, {0, false}, {0, false}, {0, false}, {0, false}, // brief waits
+		{112, false}, {19, false}, {90, false}, {120, true}, // blocking claims: short waits, again and again
+		{0, true},
+	} {
+		s := Snapshot{Time: t0.Add(time.Duration(i) * time.Second), LockWaitMaxMS: w.ms}
+		c.record(&s, 0)
+		if got := active(s, AlertLockWait); got != w.wantActive {
+			t.Fatalf("poll %d at %.0f ms: active %v, want %v", i, w.ms, got, w.wantActive)
+		}
+	}
+	c.Reset(false)
+	s := Snapshot{Time: t0.Add(time.Minute), LockWaitMaxMS: 3500} // one wait of 3.5 s
+	c.record(&s, c.startPoll())
+	if !active(s, AlertLockWait) {
+		t.Fatal("a single wait of 3.5 s did not raise lock_wait")
 	}
 }
