@@ -8,10 +8,11 @@ import (
 )
 
 // exactRows: a pool of at most this many rows (by the last poll's total) is
-// counted exactly at every poll, in one scan, besides the counters: a scan
-// of that many rows costs the server a millisecond or two, which a poll a
-// second can afford, and the figures then carry no ~. Larger pools are
-// counted by parts (see docs/counting.md).
+// counted exactly at every poll, in one scan, besides the counters (which
+// still run: the burn and the deltas come from them). The scan costs a few
+// milliseconds at most (docs/benchmarks.md), which a poll a second can
+// afford, and the figures then carry no ~. Larger pools are counted by
+// parts (see docs/counting.md).
 const exactRows = 10_000
 
 // exactQuery counts a small pool whole.

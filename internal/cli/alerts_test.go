@@ -61,7 +61,7 @@ func TestAlertsThresholdsAndBadInput(t *testing.T) {
 	}
 	for _, bad := range [][]string{{"--alert-lock-wait", "0"}, {"--alert-dead-ratio", "1.5"}, {"--alert-lwlock-waiters", "0"}, {"--alert-connections", "x"}, {"--json", "--prometheus"}} {
 		r := pooltop(t, append([]string{"alerts"}, bad...)...)
-		if r.code != exitUsage || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, strings.TrimPrefix(bad[0], "")) {
+		if r.code != exitUsage || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, bad[0]) {
 			t.Errorf("alerts %v: exit %d, stderr %q; want exit 2 and one line naming the flag", bad, r.code, r.stderr)
 		}
 	}
