@@ -385,3 +385,56 @@ func TestBareInsertIsUnused(t *testing.T) {
 }
 
 var _ = context.Background
+
+// LockHeld keeps a blocking claim's row locks across the hold: a second
+// blocking claim queues behind the first and returns only after it, with
+// another id. The other strategies never wait on it.
+func TestBlockingClaimHoldsItsLockForLockHeld(t *testing.T) {
+	b := setup(t, 4)
+	type result struct {
+		ls  []engine.Lease
+		err error
+	}
+	claim := func(holder string, held time.Duration) <-chan result {
+		out := make(chan result, 1)
+		go func() {
+			ls, err := b.eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{
+				Holder: holder, TTL: time.Minute, N: 1, Strategy: engine.Blocking, LockHeld: held})
+			out <- result{ls, err}
+		}()
+		return out
+	}
+	sessions := func(cond string) (n int) {
+		q := `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND ` + cond
+		if err := b.pool.QueryRow(b.ctx, q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	slow := claim("slow", time.Second)
+	pgtest.Eventually(t, "the slow claim holds its row lock, idle in its transaction", 10*time.Second, func() bool {
+		return sessions(`state = 'idle in transaction' AND query LIKE '%id = ANY%'`) == 1
+	})
+	fast := claim("fast", 0)
+	pgtest.Eventually(t, "the fast claim waits on the slow claim's lock", 10*time.Second, func() bool {
+		return sessions(`wait_event_type = 'Lock' AND query LIKE '%FOR NO KEY UPDATE'`) == 1
+	})
+	var first result
+	select {
+	case first = <-slow:
+	case r := <-fast:
+		t.Fatalf("the fast claim returned (%v, %v) while the slow one held its lock", r.ls, r.err)
+	}
+	second := <-fast
+	if first.err != nil || second.err != nil {
+		t.Fatalf("claims: slow %v, fast %v", first.err, second.err)
+	}
+	if first.ls[0].ID == second.ls[0].ID {
+		t.Fatalf("both claims got id %d", first.ls[0].ID)
+	}
+	_, err := b.eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{
+		Holder: "w", TTL: time.Minute, N: 1, Strategy: engine.Blocking, LockHeld: 2 * time.Second})
+	if !errors.Is(err, engine.ErrInvalidArgument) {
+		t.Fatalf("lock held 2s: %v, want ErrInvalidArgument", err)
+	}
+}

@@ -19,6 +19,12 @@ type LeaseAcquireParams struct {
 	// NoLease claims rows PENDING without an expiry, as a first design
 	// often does: a crashed holder leaks the id forever.
 	NoLease bool
+	// LockHeld applies to the Blocking strategy only: how long the claim
+	// keeps its row locks between the SELECT … FOR UPDATE and the UPDATE,
+	// as application code between the two would (an ORM's hooks, a call to
+	// another service). The demo uses it so that the queue the anti-pattern
+	// builds does not depend on how fast the machine is. Zero elsewhere.
+	LockHeld time.Duration
 }
 
 // The claim: the CTE locks up to n free rows, skipping locked ones, and the
@@ -114,6 +120,9 @@ func (e *Engine) acquire(ctx context.Context, p *LeaseAcquireParams) ([]Lease, e
 	if p.N <= 0 || p.N > MaxBatch {
 		return nil, invalid("n %d: claim between 1 and %d ids at a time", p.N, MaxBatch)
 	}
+	if p.LockHeld < 0 || p.LockHeld > time.Second {
+		return nil, invalid("lock held %v: between 0 and 1s", p.LockHeld)
+	}
 	var ttl any
 	if !p.NoLease {
 		if err := checkTTL(p.TTL); err != nil {
@@ -206,6 +215,9 @@ func (e *Engine) acquireBlocking(ctx context.Context, p *LeaseAcquireParams, ttl
 			return err
 		}
 		if _, err := tx.Exec(ctx, onPartition(sqlAcquireBlockingLoad, table), ids); err != nil {
+			return err
+		}
+		if err := sleepCtx(ctx, p.LockHeld); err != nil {
 			return err
 		}
 		tokens := make([]*int64, len(ids))
@@ -470,4 +482,19 @@ func describe(le *LeaseError) string {
 		return fmt.Sprintf("%s, held by %q", le.Status, le.Holder)
 	}
 	return le.Status
+}
+
+// sleepCtx waits d, or until ctx ends (its error is returned).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

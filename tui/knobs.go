@@ -104,6 +104,7 @@ func knobRows(c workload.Config, story *workload.Config) []knobRow {
 		{knobRow{"", "ack loss", formatPercent(c.AckLoss)}, func(c workload.Config) any { return c.AckLoss }},
 		{knobRow{"z Z", "skew", c.ClockSkew.String()}, func(c workload.Config) any { return c.ClockSkew }},
 		{knobRow{"", "transfer", formatPercent(c.TransferRate)}, func(c workload.Config) any { return c.TransferRate }},
+		{knobRow{"", "lock held", c.LockHeld.String()}, func(c workload.Config) any { return c.LockHeld }},
 		{knobRow{"u", "autovac", onOff(c.Autovacuum)}, func(c workload.Config) any { return c.Autovacuum }},
 	} {
 		if shown(r.f) {

@@ -53,6 +53,10 @@ type Config struct {
 	// database's. When set, workers judge their leases by that clock: they
 	// renew late and commit work they believe is still leased.
 	ClockSkew time.Duration `json:"clock_skew"`
+	// LockHeld is how long a Blocking claim keeps its row locks between
+	// the SELECT … FOR UPDATE and the UPDATE (application code between
+	// the two); the other strategies ignore it.
+	LockHeld time.Duration `json:"lock_held"`
 	// AckLoss is the chance that a commit's answer is lost: the effect is
 	// written, the worker is told it failed and retries.
 	AckLoss float64 `json:"ack_loss"`
@@ -121,6 +125,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("reaper grace %v: between 0 and 1h", c.ReaperGrace)
 	case c.ClockSkew < 0 || c.ClockSkew > time.Hour:
 		return fmt.Errorf("clock skew %v: between 0 and 1h", c.ClockSkew)
+	case c.LockHeld < 0 || c.LockHeld > time.Second:
+		return fmt.Errorf("lock held %v: between 0 and 1s", c.LockHeld)
 	case c.Refill < 0 || c.Refill > 1e6 || math.IsNaN(c.Refill):
 		return fmt.Errorf("refill %v: ids per second between 0 and 1,000,000", c.Refill)
 	}
@@ -174,6 +180,7 @@ func (c Config) Changes(before Config) []string {
 	knob("keep-up producer", onOff(before.KeepUp), onOff(c.KeepUp))
 	knob("transfer rate", pct(before.TransferRate), pct(c.TransferRate))
 	knob("clock skew", before.ClockSkew.String(), c.ClockSkew.String())
+	knob("lock held", before.LockHeld.String(), c.LockHeld.String())
 	knob("ack loss", pct(before.AckLoss), pct(c.AckLoss))
 	knob("request ids", idMode(before.StableRequestID), idMode(c.StableRequestID))
 	knob("autovacuum", onOff(before.Autovacuum), onOff(c.Autovacuum))

@@ -101,9 +101,13 @@ var Scenarios = []Scenario{
 			return c
 		}},
 	{Name: "blocking-contention", Key: "6", PoolSize: 200_000,
-		About:  "SELECT … FOR UPDATE: workers queue behind each other's row locks",
+		About:  "SELECT … FOR UPDATE, then 5ms of application code before the UPDATE: workers queue behind each other's row locks",
 		Expect: "lock waits; press s for skip-locked", Proof: ProofLockWait,
-		Config: func(s uint64) Config { c := base(s); c.Strategy = engine.Blocking; return c }},
+		Config: func(s uint64) Config {
+			c := base(s)
+			c.Strategy, c.LockHeld = engine.Blocking, 5*time.Millisecond
+			return c
+		}},
 	{Name: "optimistic-herd", Key: "7", PoolSize: 200_000,
 		About:  "optimistic version checks: every worker races for the same first rows",
 		Expect: "version checks lost, claims retried", Proof: ProofConflicts,

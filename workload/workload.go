@@ -523,7 +523,8 @@ func (wk *worker) cycle(ctx context.Context, n int) (crashed bool) {
 	s := wk.shard
 	start := time.Now()
 	leases, err := wk.w.eng.LeaseAcquire(ctx, &engine.LeaseAcquireParams{
-		Holder: wk.name, TTL: cfg.TTL, N: cfg.Batch, Strategy: cfg.Strategy, NoLease: !cfg.Lease})
+		Holder: wk.name, TTL: cfg.TTL, N: cfg.Batch, Strategy: cfg.Strategy, NoLease: !cfg.Lease,
+		LockHeld: cfg.LockHeld})
 	s.observe(&s.acquire, time.Since(start))
 	switch {
 	case errors.Is(err, engine.ErrPoolEmpty):
