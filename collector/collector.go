@@ -165,13 +165,14 @@ type Collector struct {
 	pool *engine.Pool
 	t    target
 
-	unused  unusedCounter
-	total   totalCounter
-	pending pendingCounter
-	census  census
-	holders holderSample
-	claims  claimReader
-	fleet   fleetReader
+	unused   unusedCounter
+	passOver passOver
+	total    totalCounter
+	pending  pendingCounter
+	census   census
+	holders  holderSample
+	claims   claimReader
+	fleet    fleetReader
 
 	mu     sync.Mutex // guards what follows
 	series map[string]*History
@@ -507,6 +508,15 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		sweep = unusedBatch
 	}
 	unusedQ.queue(unusedBatch, sweep, c.t.qualified, c.unused.width)
+	windowFrom := unusedQ.floor
+	if windowFrom == math.MinInt64 && len(c.passOver.prev) > 0 {
+		// The UNUSED count looks from the start of the index this poll
+		// (see unusedCounter.plan); the window need not walk the dead
+		// entries at its head a second time: ids returned below the last
+		// window join it at the next poll, from the new floor.
+		windowFrom = c.passOver.prev[0].id
+	}
+	passQ := c.passOver.queue(unusedBatch, c.t.qualified, windowFrom)
 	partsQ := c.queueParts(serverBatch, start)
 	alerts := c.cfg.Alerts
 	var pendingQ *pendingQuery
@@ -577,6 +587,14 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		c.unused.lowerFloor(nil, false, false)
 	}
 	counts.Unused, counts.UnusedAgeS, counts.unusedDelta, counts.haveDelta = unusedFig.unused, unusedFig.ageS, unusedFig.delta, unusedFig.haveDelta
+	fell := int64(0)
+	if unusedFig.haveDelta {
+		fell = max(0, -unusedFig.delta)
+	}
+	if sf := c.passOver.absorb(passQ, start, fell); sf.known {
+		n, secs := sf.ids, sf.oldest.Seconds()
+		counts.PassedOver, counts.PassedOverFull, counts.PassedOverS, counts.PassedOverBy = &n, sf.full, &secs, sf.by
+	}
 	s.Partitions = c.absorbParts(partsQ, start, pendingQ != nil && pendingFig.freed, counts.Total)
 	if unusedFig.estimated {
 		counts.Estimated = append(counts.Estimated, "unused")

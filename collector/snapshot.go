@@ -28,10 +28,22 @@ type Pool struct {
 	// frees has waited: since its lease expired, or, without a lease, since
 	// it last changed. Null when there is none.
 	OldestPendingS *float64 `json:"oldest_pending_s"`
-	Estimated      []string `json:"estimated"`     // which of the counts above are estimates
-	UnusedAgeS     float64  `json:"unused_age_s"`  // age of the oldest part of the rolling UNUSED recount
-	PendingAgeS    float64  `json:"pending_age_s"` // age of the oldest part of the PENDING counts
-	Total          int64    `json:"total"`
+	// PassedOver: free ids that claims have passed over, taking newer ids
+	// while these stayed free, at two polls or more (seed 001 §6.3:
+	// starvation). Read from the lowest 256 free ids; PassedOverFull says
+	// all of them were, so the figure is a lower bound. Null at the first
+	// poll, and in recordings made before pooltop read it.
+	PassedOver     *int64 `json:"passed_over"`
+	PassedOverFull bool   `json:"passed_over_full,omitempty"`
+	// PassedOverS: how long the longest-passed-over of them has been
+	// passed over (poll intervals in which claims took newer ids), and
+	// PassedOverBy: how many newer ids were claimed meanwhile.
+	PassedOverS  *float64 `json:"passed_over_s"`
+	PassedOverBy int64    `json:"passed_over_by"`
+	Estimated    []string `json:"estimated"`     // which of the counts above are estimates
+	UnusedAgeS   float64  `json:"unused_age_s"`  // age of the oldest part of the rolling UNUSED recount
+	PendingAgeS  float64  `json:"pending_age_s"` // age of the oldest part of the PENDING counts
+	Total        int64    `json:"total"`
 	// unusedDelta is the change of UNUSED since the previous poll, from the
 	// chunks counted in both (valid when haveDelta): the burn rate uses it,
 	// so that an estimate being corrected never reads as a burn.
