@@ -110,6 +110,20 @@ func Catalogue(a AlertConfig) []AlertSpec {
 			Tools:  "pooltop lease list --by-holder; lease release --holder H; doctor (unleased_pending)",
 		},
 	}, {
+		Name: AlertStarvation, Severity: SeverityTicket, Rule: "PooltopStarvation",
+		Meaning: "Claims pass over free ids and take newer ones (seed 001 §6.3: SKIP LOCKED gives up FIFO order): something holds row locks on free ids, or claims do not take ids in id order. The ids are interchangeable, so nothing is lost yet; what holds them often also holds back vacuum.",
+		Figure:  "how long claims have passed over the longest-passed-over free id, counting only intervals in which they took newer ids (pool.passed_over_s; pooltop_pool_passed_over_seconds), among the lowest 256 free ids, judged within each partition",
+		Flag:    "--alert-starvation", Threshold: a.Starvation.String(),
+		Raise: "once a free id has been passed over for the threshold and by at least " + strconv.Itoa(StarvationClaims) + " newer claims (a handful of claims passing an id on a quiet pool is not worth a ticket)",
+		Clear: "once no free id is passed over, for " + hold,
+		Expr:  "pooltop_pool_passed_over_seconds >= " + num(a.Starvation.Seconds()) + " and pooltop_pool_passed_over_claims >= " + strconv.Itoa(StarvationClaims), For: "1m",
+		Runbook: Runbook{
+			First:  "who blocks whom and the xmin holder line: a long transaction, or a reader with FOR SHARE / FOR UPDATE on free ids (pg_stat_activity: idle in transaction)",
+			Causes: "a report or an audit that locks free rows in a long transaction; an application claiming inside a long transaction; a claim without ORDER BY id (a sequential scan takes ids in page order)",
+			Do:     "end or shorten the transaction holding the rows (it likely holds vacuum back too); claim with ORDER BY id on the partial index; read the pool without FOR SHARE",
+			Tools:  "pooltop doctor (xmin_horizon); watch --allow-actions: X on the xmin holder",
+		},
+	}, {
 		Name: AlertDeadTuples, Severity: SeverityTicket, Rule: "PooltopDeadTuples",
 		Meaning: "Dead row versions pile up in the pool table: vacuum is not keeping up, and every claim reads more.",
 		Figure:  "dead / (live + dead) tuples of the pool table (dead_ratio; pooltop_dead_tuples, pooltop_live_tuples)",
@@ -227,5 +241,6 @@ func (a AlertConfig) withDefaults() AlertConfig {
 	a.LWLockWaiters = cmp.Or(a.LWLockWaiters, 4)
 	a.LWLockFor = cmp.Or(a.LWLockFor, time.Minute)
 	a.NoLeaseFor = cmp.Or(a.NoLeaseFor, 10*time.Second)
+	a.Starvation = cmp.Or(a.Starvation, 10*time.Second)
 	return a
 }

@@ -58,6 +58,10 @@ type AlertConfig struct {
 	// before the no_lease alert is raised (10 s): a claim and its first
 	// renewal in two statements is not a leak.
 	NoLeaseFor time.Duration
+	// Starvation: a free id that claims have passed over for this long
+	// (the poll intervals in which they took newer ids; 10 s), and by at
+	// least StarvationClaims newer claims, raises the starvation alert.
+	Starvation time.Duration
 	// Hold is how long a raised alert's figure must stay calm (under a
 	// lower threshold: half the lock wait, three quarters of the dead
 	// ratio, a third more time to depletion, 10 points of connections)

@@ -60,6 +60,9 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 var (
 	descPoolIDs      = desc("pooltop_pool_ids", "Ids of the pool by state: unused, pending (held), expired (pending whose lease has passed, a part of pending), consumed.", "state")
 	descStuck        = desc("pooltop_pool_stuck_ids", "PENDING ids nothing will free: a lease expired longer ago than --stuck, or no lease and unchanged that long.")
+	descPassedOver   = desc("pooltop_pool_passed_over_ids", "Free ids that claims have passed over, taking newer ones, at two polls or more (among the lowest 256 free ids): starvation; absent before the second poll.")
+	descPassedOverS  = desc("pooltop_pool_passed_over_seconds", "How long claims have passed over the longest-passed-over free id (intervals in which they took newer ids).")
+	descPassedOverBy = desc("pooltop_pool_passed_over_claims", "Newer ids claimed while the longest-passed-over free id stayed free.")
 	descNoLease      = desc("pooltop_pool_no_lease_ids", "PENDING ids held with no lease (leased_until NULL): a holder that dies leaks them for good; absent where not counted.")
 	descReaperLag    = desc("pooltop_pool_reaper_lag_ids", "PENDING ids whose lease expired longer ago than one reaper interval (--alert-expired): the reaper lags.")
 	descEstimated    = desc("pooltop_pool_ids_estimated", "1 when the count of that state comes from statistics or a rolling recount instead of one exact count.", "state")
@@ -108,7 +111,7 @@ var workloadCounters = []struct {
 
 // Describe sends every metric's description.
 func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPoolIDs, descStuck, descReaperLag, descNoLease, descEstimated, descWaiters, descWaitMax, descLWLock, descPartUnused, descDead, descLive, descBurn,
+	for _, d := range []*prometheus.Desc{descPoolIDs, descStuck, descReaperLag, descNoLease, descPassedOver, descPassedOverS, descPassedOverBy, descEstimated, descWaiters, descWaitMax, descLWLock, descPartUnused, descDead, descLive, descBurn,
 		descETA, descConsumedRate, descConns, descMaxConns, descAlert, descPollTime, descWorkers, descLeaked, descErrors,
 		descFleet, descFleetCycles, descFleetHeld} {
 		ch <- d
@@ -151,6 +154,11 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	gauge(descReaperLag, float64(p.ExpiredOld))
 	if p.NoLease != nil {
 		gauge(descNoLease, float64(*p.NoLease))
+	}
+	if p.PassedOver != nil && p.PassedOverS != nil {
+		gauge(descPassedOver, float64(*p.PassedOver))
+		gauge(descPassedOverS, *p.PassedOverS)
+		gauge(descPassedOverBy, float64(p.PassedOverBy))
 	}
 	gauge(descWaiters, float64(s.LockWaiters))
 	gauge(descWaitMax, s.LockWaitMaxMS/1000)

@@ -321,6 +321,12 @@ func (c *Collector) evaluate(s *Snapshot, ev func(kind, format string, args ...a
 		rule(AlertNoLease, noLease && s.Time.Sub(c.noLeaseSince) >= a.NoLeaseFor, !noLease,
 			"%d PENDING ids are held with no lease: if their holders die, nothing will ever free them (claim with a lease)", *s.Pool.NoLease)
 	}
+	if s.Pool.PassedOver != nil && s.Pool.PassedOverS != nil {
+		starved := *s.Pool.PassedOverS >= a.Starvation.Seconds() && s.Pool.PassedOverBy >= StarvationClaims
+		rule(AlertStarvation, starved, *s.Pool.PassedOver == 0,
+			"claims have passed over %d free ids, the oldest for %.0fs by %d newer claims (threshold %v): something holds them, or claims skip id order",
+			*s.Pool.PassedOver, *s.Pool.PassedOverS, s.Pool.PassedOverBy, a.Starvation)
+	}
 	rule(AlertDeadTuples, s.DeadRatio > a.DeadRatio, s.DeadRatio <= a.DeadRatio*3/4,
 		"dead tuples %.0f%% of the table (threshold %.0f%%)", 100*s.DeadRatio, 100*a.DeadRatio)
 	used := float64(s.Connections) / math.Max(float64(s.MaxConnections), 1)

@@ -174,3 +174,8 @@ func atMost(ids []int64, x int64) int {
 	}
 	return n
 }
+
+// StarvationClaims is how many newer claims must have passed a free id
+// before the starvation alert is raised: on a quiet pool, a free id held
+// for a few seconds while a handful of claims go by is not worth a ticket.
+const StarvationClaims = 100

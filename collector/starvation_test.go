@@ -132,3 +132,42 @@ func TestPassOverJudgesEachPartitionApart(t *testing.T) {
 		t.Fatalf("%+v, want nothing passed over", f)
 	}
 }
+
+// The starvation alert needs both the time and the claims, and clears once
+// nothing is passed over for the hold; without the figure (the first
+// poll) there is no rule.
+func TestStarvationAlert(t *testing.T) {
+	c := bare(t)
+	t0 := time.Unix(1_700_000_000, 0)
+	polls := []struct {
+		ids  int64
+		secs float64
+		by   int64
+		want bool
+	}{
+		{1, 12, 40, false},  // long, but few claims went by: a quiet pool
+		{5, 9, 5000, false}, // many claims, not yet for the threshold
+		{5, 10, 5000, true}, // both
+		{3, 30, 9000, true}, // still passed over
+		{0, 0, 0, true},     // none left: held for the hold …
+		{0, 0, 0, true},     //
+		{0, 0, 0, false},    // … then cleared
+		{2, 40, 100, true},  // again
+	}
+	for i, p := range polls {
+		s := Snapshot{Time: t0.Add(time.Duration(i) * 5 * time.Second)}
+		ids, secs := p.ids, p.secs
+		s.Pool.PassedOver, s.Pool.PassedOverS, s.Pool.PassedOverBy = &ids, &secs, p.by
+		c.record(&s, 0)
+		if got := active(s, AlertStarvation); got != p.want {
+			t.Fatalf("poll %d (%+v): starvation active %v, want %v", i, p, got, p.want)
+		}
+	}
+	s := Snapshot{Time: t0.Add(time.Minute)}
+	c.record(&s, 0)
+	for _, a := range s.Alerts {
+		if a.Name == AlertStarvation {
+			t.Fatalf("no figure, yet alert %+v", a)
+		}
+	}
+}

@@ -13,6 +13,7 @@ const (
 	AlertConnections AlertName = "connections"  // connections above the threshold share of max_connections
 	AlertLWLock      AlertName = "lwlock_waits" // sessions on the pool waiting on an LWLock (page latches) at or above the threshold
 	AlertNoLease     AlertName = "no_lease"     // PENDING ids held with no lease: a crashed holder leaks them for good
+	AlertStarvation  AlertName = "starvation"   // claims pass over a free id, taking newer ones, for longer than the threshold
 )
 
 // EventKind says what an event of the log reports; the JSON value of Event.Kind.

@@ -47,6 +47,7 @@ func addAlertFlags(f *pflag.FlagSet, a *collector.AlertConfig) {
 	f.DurationVar(&a.ExpiredAfter, "alert-expired", time.Second, "alert when a lease expired longer ago than this is still PENDING (one reaper interval)")
 	f.Float64Var(&a.DeadRatio, "alert-dead-ratio", 0.2, "alert when dead tuples exceed this fraction of the table")
 	f.Float64Var(&a.Connections, "alert-connections", 0.9, "alert when connections exceed this fraction of max_connections")
+	f.DurationVar(&a.Starvation, "alert-starvation", 10*time.Second, "alert when claims have passed over a free id, taking newer ones, this long (and by 100 claims or more)")
 	f.IntVar(&a.LWLockWaiters, "alert-lwlock-waiters", 4, "alert when this many sessions on the pool wait on an LWLock (page latches), the mean of the last 5 polls, for a minute")
 }
 
@@ -56,7 +57,7 @@ func checkAlertConfig(a collector.AlertConfig) error {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"--alert-lock-wait", a.LockWait}, {"--alert-depletion", a.DepletionWithin}, {"--alert-expired", a.ExpiredAfter}} {
+	}{{"--alert-lock-wait", a.LockWait}, {"--alert-depletion", a.DepletionWithin}, {"--alert-expired", a.ExpiredAfter}, {"--alert-starvation", a.Starvation}} {
 		if d.v <= 0 {
 			return usageError{fmt.Errorf("%s %v: give a positive duration (e.g. 50ms, 15m)", d.flag, d.v)}
 		}

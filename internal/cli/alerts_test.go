@@ -59,7 +59,7 @@ func TestAlertsThresholdsAndBadInput(t *testing.T) {
 	if r.code != exitOK || !strings.Contains(r.stdout, "pooltop_lock_wait_max_seconds > 0.2") || !strings.Contains(r.stdout, "> 0.5") {
 		t.Fatalf("alerts --prometheus with thresholds: exit %d\n%s", r.code, r.stdout)
 	}
-	for _, bad := range [][]string{{"--alert-lock-wait", "0"}, {"--alert-dead-ratio", "1.5"}, {"--alert-lwlock-waiters", "0"}, {"--alert-connections", "x"}, {"--json", "--prometheus"}} {
+	for _, bad := range [][]string{{"--alert-lock-wait", "0"}, {"--alert-dead-ratio", "1.5"}, {"--alert-lwlock-waiters", "0"}, {"--alert-starvation", "0s"}, {"--alert-connections", "x"}, {"--json", "--prometheus"}} {
 		r := pooltop(t, append([]string{"alerts"}, bad...)...)
 		if r.code != exitUsage || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, bad[0]) {
 			t.Errorf("alerts %v: exit %d, stderr %q; want exit 2 and one line naming the flag", bad, r.code, r.stderr)
@@ -123,6 +123,8 @@ func promtoolTests(t *testing.T) string {
 	add(in("pooltop_pool_ids", `state="unused"`, flat("1000"), flat("100000")))
 	add(in("pooltop_pool_reaper_lag_ids", "", flat("5"), flat("0")))
 	add(in("pooltop_pool_no_lease_ids", "", flat("30"), flat("0")))
+	add(in("pooltop_pool_passed_over_seconds", "", flat("40"), flat("40")))
+	add(in("pooltop_pool_passed_over_claims", "", flat("5000"), flat("20")))
 	add(in("pooltop_dead_tuples", "", flat("500"), flat("10")))
 	add(in("pooltop_live_tuples", "", flat("1000"), flat("1000")))
 	add(in("pooltop_connections", "", flat("95"), flat("50")))
