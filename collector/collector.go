@@ -599,6 +599,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		n, secs := sf.ids, sf.oldest.Seconds()
 		counts.PassedOver, counts.PassedOverFull, counts.PassedOverS, counts.PassedOverBy = &n, sf.full, &secs, sf.by
 	}
+	c.unused.setFront(c.passOver.front())
 	s.Partitions = c.absorbParts(partsQ, start, pendingQ != nil && pendingFig.freed, counts.Total)
 	if unusedFig.estimated {
 		counts.Estimated = append(counts.Estimated, "unused")

@@ -179,3 +179,19 @@ func atMost(ids []int64, x int64) int {
 // before the starvation alert is raised: on a quiet pool, a free id held
 // for a few seconds while a handful of claims go by is not worth a ticket.
 const StarvationClaims = 100
+
+// front is the lowest free id of the window that claims have not passed
+// over, where they take their ids while they pass over lower ones; past
+// the window when they passed over all of it. ok is false when nothing is
+// passed over: claims take the lowest free ids.
+func (p *passOver) front() (id int64, ok bool) {
+	if len(p.ids) == 0 || len(p.prev) == 0 {
+		return 0, false
+	}
+	for _, w := range p.prev {
+		if p.ids[w.id] == nil {
+			return w.id, true
+		}
+	}
+	return p.prev[len(p.prev)-1].id + 1, true
+}

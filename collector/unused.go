@@ -44,6 +44,31 @@ type unusedCounter struct {
 	anchored time.Time
 	reanchor time.Duration // default reanchor
 	unsure   int           // polls without a known lowest live lease id
+	// front is the chunk where claims take their ids when that is not the
+	// head's: while claims pass over free ids (starvation), the lowest
+	// UNUSED id stays put and claims move on above it, and the lookahead
+	// from the head would not follow them (-1: claims take the head's).
+	// frontMoved is how many chunks it moved at the last poll.
+	front      int64
+	frontMoved int64
+	frontOK    bool
+}
+
+// setFront tells the counter the lowest free id that claims have not
+// passed over (see passOver), or none (ok false): claims take theirs
+// from there, and the next poll counts ahead of it as it does ahead of
+// the head.
+func (u *unusedCounter) setFront(id int64, ok bool) {
+	if !ok || u.width == 0 {
+		u.frontOK = false
+		return
+	}
+	k := id / u.width
+	u.frontMoved = 1
+	if u.frontOK {
+		u.frontMoved = max(k-u.front, u.front-k, 1)
+	}
+	u.front, u.frontOK = k, true
 }
 
 // lowerFloor adjusts the floor for the next poll from the PENDING figures:
@@ -110,8 +135,12 @@ type unusedQuery struct {
 	head, top *int64
 	got       map[int64]int64
 	swept     map[int64]int64 // the sweep's counts, read by a statement of their own
-	el        time.Duration   // the statements' time on the server, which paces the sweep
-	sweepEl   time.Duration
+	// the chunks [flo, fhi) ahead of the claims' front (see front), and
+	// their counts
+	flo, fhi int64
+	fronted  map[int64]int64
+	el       time.Duration // the statements' time on the server, which paces the sweep
+	sweepEl  time.Duration
 }
 
 // lookFrom is the first chunk the lookahead counted, hc the head's chunk.
@@ -168,6 +197,14 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 		q.lo, q.hi = max(u.cursor-u.per.n+1, u.head+1), u.cursor+1
 		u.cursor = q.lo - 1
 	}
+	// Ahead of the claims' front: it is the last poll's (the window that
+	// finds it is read with this poll's counts), so the chunks cover the
+	// claims of this interval and of the next, with one more to spare:
+	// three times its last move, and two chunks.
+	if u.frontOK && u.width > 0 && u.front > u.head {
+		q.flo = u.front
+		q.fhi = min(u.front+3*u.frontMoved+2, u.top+1, u.front+maxSweep)
+	}
 	if u.reanchor == 0 {
 		u.reanchor = reanchor
 	}
@@ -204,7 +241,7 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 // the index). A swept chunk the head has reached since is counted from
 // the head on b, and that count is the one kept.
 func (q *unusedQuery) queue(b, sb *pgx.Batch, table string, width int64) {
-	q.got, q.swept = map[int64]int64{}, map[int64]int64{}
+	q.got, q.swept, q.fronted = map[int64]int64{}, map[int64]int64{}, map[int64]int64{}
 	b.Queue(fmt.Sprintf(sqlUnused, table), width, q.floor, q.look, q.tail, maxSweep, q.above, q.head0, q.aheadFrom).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k, n *int64
@@ -219,6 +256,20 @@ func (q *unusedQuery) queue(b, sb *pgx.Batch, table string, width int64) {
 		}
 		return rows.Err()
 	})
+	if width > 0 && q.flo < q.fhi {
+		b.Queue(fmt.Sprintf(sqlSweep, table), width, q.flo, q.fhi).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var k, n int64
+				var t0, t1 time.Time
+				if err := rows.Scan(&k, &n, &t0, &t1); err != nil {
+					return fmt.Errorf("unused ids: ahead of the claims: %w", err)
+				}
+				q.fronted[k] = n
+				q.el = max(q.el, t1.Sub(t0))
+			}
+			return rows.Err()
+		})
+	}
 	if width == 0 || q.lo >= q.hi {
 		return
 	}
@@ -290,9 +341,11 @@ FROM generate_series($2::bigint, $3::bigint - 1) AS g(k)`
 // statistics say hold UNUSED ids, 0 for unknown) caps the estimate of
 // chunks never counted.
 func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Duration, limit int64) unusedFigures {
-	for k, n := range q.swept {
-		if _, ok := q.got[k]; !ok { // a chunk the head reached: the count from the head's snapshot
-			q.got[k] = n
+	for _, counted := range []map[int64]int64{q.fronted, q.swept} {
+		for k, n := range counted {
+			if _, ok := q.got[k]; !ok { // a chunk the head reached: the count from the head's snapshot
+				q.got[k] = n
+			}
 		}
 	}
 	q.el += q.sweepEl

@@ -40,7 +40,7 @@ func (m *idModel) count(lo, hi int64) int64 {
 
 // answer fills q's results as sqlUnused and sqlSweep would.
 func (m *idModel) answer(q *unusedQuery, w int64) {
-	q.got, q.swept = map[int64]int64{}, map[int64]int64{}
+	q.got, q.swept, q.fronted = map[int64]int64{}, map[int64]int64{}, map[int64]int64{}
 	top := m.top
 	q.top = &top
 	var head int64
@@ -64,6 +64,9 @@ func (m *idModel) answer(q *unusedQuery, w int64) {
 	}
 	for k := q.lookFrom(hc); k <= hc+q.look; k++ {
 		q.got[k] = m.count(k*w, (k+1)*w)
+	}
+	for k := q.flo; k < q.fhi; k++ {
+		q.fronted[k] = m.count(k*w, (k+1)*w)
 	}
 	if q.tail >= 0 && top > q.above {
 		for k := max(q.tail, hc+1); k <= min(top/w, q.tail+maxSweep); k++ {
@@ -300,5 +303,62 @@ func TestUnusedCountsOnlyWhatChanged(t *testing.T) {
 	}
 	if sum != m.truth()-before {
 		t.Fatalf("the deltas add up to %d, the pool changed by %d", sum, m.truth()-before)
+	}
+}
+
+// Starvation: a report holds the lowest free ids, so the lowest UNUSED id
+// stays put while claims move on above it, faster than a chunk a poll,
+// under a producer that keeps up, on a busy server (the sweep a chunk a
+// poll). Told where claims take their ids (setFront, from passOver), the
+// counter counts ahead of them as it does ahead of the head: every
+// poll's change is the true one, and the burn reads about zero, not a pool
+// that grows.
+func TestUnusedCounterFollowsClaimsPastStarvedIds(t *testing.T) {
+	for _, told := range []bool{true, false} {
+		m, u := newIDModel(200_000)
+		held := map[int64]bool{}
+		for id := int64(1); len(held) < 20; id++ {
+			if m.unused[id] {
+				held[id] = true
+			}
+		}
+		now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+		next := int64(1)
+		wrong := 0
+		for step := 0; step < 60; step++ {
+			was := m.truth()
+			for n := 0; next <= m.top && n < 2500; next++ {
+				if m.unused[next] && !held[next] {
+					m.unused[next], n = false, n+1
+				}
+			}
+			for i := 0; i < 2500; i++ {
+				m.top++
+				m.unused[m.top] = true
+			}
+			q := u.plan(now)
+			m.answer(q, u.width)
+			f := u.absorb(q, now, time.Microsecond, 0)
+			u.lowerFloor(nil, true, false)
+			if told { // as the collector does after each poll
+				front := next
+				for !m.unused[front] {
+					front++
+				}
+				u.setFront(front, true)
+			}
+			now = now.Add(time.Second)
+			// The first polls learn how fast the claims move (as the head's
+			// lookahead does).
+			if step > 2 && f.delta != m.truth()-was {
+				wrong++
+				if told {
+					t.Fatalf("step %d: delta %d, true change %d", step, f.delta, m.truth()-was)
+				}
+			}
+		}
+		if !told && wrong == 0 {
+			t.Fatal("untold, the counter followed the claims all the same: the test shows nothing")
+		}
 	}
 }

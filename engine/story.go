@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -96,4 +97,41 @@ func (e *Engine) Vacuum(ctx context.Context) (VacuumState, error) {
 		return v, fmt.Errorf("read the pool's vacuum state: %w", err)
 	}
 	return v, nil
+}
+
+// sqlHoldFree is a report's read of the lowest free ids, locking them
+// FOR SHARE (it waits for a claim in flight on one of them, as a report
+// would).
+const sqlHoldFree = `SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT %d FOR SHARE`
+
+// HoldFree reads the n lowest free ids FOR SHARE, as a report or an audit
+// might, calls held with them while it holds them, and keeps its
+// transaction open for hold (or until ctx ends), then ends it. Claims
+// (SKIP LOCKED) pass over the rows it holds and take newer ids:
+// starvation, which the demo's scenario shows with it. It changes no row,
+// and returns how many it held.
+func (e *Engine) HoldFree(ctx context.Context, n int, hold time.Duration, held func(ids []int64)) (int, error) {
+	if n < 1 || n > MaxBatch {
+		return 0, invalid("n %d: hold between 1 and %d ids", n, MaxBatch)
+	}
+	count := 0
+	err := pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, fmt.Sprintf(sqlHoldFree, n))
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		count = len(ids)
+		if held != nil {
+			held(ids)
+		}
+		return sleepCtx(ctx, hold)
+	})
+	if err != nil {
+		return count, dbError("hold free ids", err)
+	}
+	return count, nil
 }

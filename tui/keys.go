@@ -13,7 +13,7 @@ type keyMap struct {
 	CrashDown, CrashUp, PauseDown, PauseUp, TTLDown, TTLUp          key.Binding
 	BatchDown, BatchUp, TaskDown, TaskUp, RefillDown, RefillUp      key.Binding
 	RateDown, RateUp, Preset, FenceWhere, RequestID, Autovacuum     key.Binding
-	SkewDown, SkewUp                                                key.Binding
+	SkewDown, SkewUp, Report                                        key.Binding
 	Up, Down, Soft, Hard, Doctor, Order, Filter                     key.Binding
 	Window, Runbook                                                 key.Binding
 	demo                                                            bool
@@ -52,12 +52,13 @@ func newKeyMap(demo bool) keyMap {
 		RefillUp:    b([]string{"E"}, "E", "refill +"),
 		RateDown:    b([]string{"a"}, "a/A", "rate limit −/+"),
 		RateUp:      b([]string{"A"}, "A", "rate limit +"),
-		Preset:      b(presetKeys(), "1-8", "scenario, !-&"),
+		Preset:      b(presetKeys(), "1-8", "scenario, !-*"),
 		FenceWhere:  b([]string{"F"}, "F", "fence in app/db"),
 		RequestID:   b([]string{"i"}, "i", "retry ids stable/fresh"),
 		Autovacuum:  b([]string{"u"}, "u", "autovacuum on/off"),
 		SkewDown:    b([]string{"z"}, "z/Z", "clock skew −/+"),
 		SkewUp:      b([]string{"Z"}, "Z", "clock skew +"),
+		Report:      b([]string{"g"}, "g", "report FOR SHARE on/off"),
 		Up:          b([]string{"up"}, "↑/↓", "select a blocker or holder"),
 		Down:        b([]string{"down"}, "↓", "next"),
 		Soft:        b([]string{"x"}, "x", "cancel query / release expired"),
@@ -72,7 +73,7 @@ func newKeyMap(demo bool) keyMap {
 	for _, k := range []*key.Binding{&km.WorkersDown, &km.WorkersUp, &km.Lease, &km.Fencing, &km.Renew, &km.Reaper, &km.Strategy,
 		&km.CrashDown, &km.CrashUp, &km.PauseDown, &km.PauseUp, &km.TTLDown, &km.TTLUp, &km.BatchDown, &km.BatchUp,
 		&km.TaskDown, &km.TaskUp, &km.RefillDown, &km.RefillUp, &km.RateDown, &km.RateUp, &km.Preset, &km.Reset, &km.Fresh,
-		&km.FenceWhere, &km.RequestID, &km.Autovacuum, &km.SkewDown, &km.SkewUp} {
+		&km.FenceWhere, &km.RequestID, &km.Autovacuum, &km.SkewDown, &km.SkewUp, &km.Report} {
 		k.SetEnabled(demo)
 	}
 	return km
@@ -93,7 +94,7 @@ func (k keyMap) FullHelp() [][]key.Binding {
 		cols = append(cols,
 			[]key.Binding{k.Preset, k.Lease, k.Fencing, k.FenceWhere, k.Renew, k.Reaper, k.Strategy},
 			[]key.Binding{k.WorkersDown, k.CrashDown, k.PauseDown, k.TTLDown, k.BatchDown, k.SkewDown},
-			[]key.Binding{k.TaskDown, k.RefillDown, k.RateDown, k.RequestID, k.Autovacuum})
+			[]key.Binding{k.TaskDown, k.RefillDown, k.RateDown, k.RequestID, k.Autovacuum, k.Report})
 	}
 	return cols
 }

@@ -105,6 +105,7 @@ func knobRows(c workload.Config, story *workload.Config) []knobRow {
 		{knobRow{"z Z", "skew", c.ClockSkew.String()}, func(c workload.Config) any { return c.ClockSkew }},
 		{knobRow{"", "transfer", formatPercent(c.TransferRate)}, func(c workload.Config) any { return c.TransferRate }},
 		{knobRow{"", "lock held", c.LockHeld.String()}, func(c workload.Config) any { return c.LockHeld }},
+		{knobRow{"g", "report", reportText(c.ShareHold)}, func(c workload.Config) any { return c.ShareHold }},
 		{knobRow{"u", "autovac", onOff(c.Autovacuum)}, func(c workload.Config) any { return c.Autovacuum }},
 	} {
 		if shown(r.f) {
@@ -144,4 +145,12 @@ func stepRefill(c workload.Config, dir int) workload.Config {
 	next := levels[min(max(cur+dir, 0), len(levels)-1)]
 	c.KeepUp, c.Refill = next.keepUp, next.rate
 	return c
+}
+
+// reportText is the report knob: off, or how long it holds free ids.
+func reportText(d time.Duration) string {
+	if d == 0 {
+		return "off"
+	}
+	return "FOR SHARE " + d.String()
 }

@@ -439,6 +439,11 @@ func (m Model) turn(msg tea.KeyMsg) (workload.Config, bool) {
 		c.StableRequestID = !c.StableRequestID
 	case key.Matches(msg, k.Autovacuum):
 		c.Autovacuum = !c.Autovacuum
+	case key.Matches(msg, k.Report):
+		c.ShareHold = workload.ShareHoldOn
+		if m.cfg.ShareHold > 0 {
+			c.ShareHold = 0
+		}
 	default:
 		// The stepped knobs: a key down and a key up each.
 		for _, s := range []struct {

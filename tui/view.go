@@ -256,13 +256,23 @@ func (m Model) viewPool(w int) string {
 		pendingAge = " (" + shortDuration(p.PendingAgeS) + " old)"
 	}
 	stuck := "stuck " + formatInt(p.Stuck)
-	long := fmt.Sprintf("█ UNUSED %s%s · ▓ PENDING %s%s%s · ▒ expired %s · ░ CONSUMED %s%s · %s%s · %s",
+	// Starvation, last: only when claims pass over free ids, and the first
+	// thing a narrow screen cuts (the demo's banner shows it too).
+	starved := ""
+	if p.PassedOver != nil && *p.PassedOver > 0 && p.PassedOverS != nil {
+		plus := ""
+		if p.PassedOverFull {
+			plus = "+"
+		}
+		starved = " · passed over " + formatInt(*p.PassedOver) + plus + " (" + shortDuration(*p.PassedOverS) + ")"
+	}
+	long := fmt.Sprintf("█ UNUSED %s%s · ▓ PENDING %s%s%s · ▒ expired %s · ░ CONSUMED %s%s · %s%s · %s%s",
 		est(s, "unused"), formatInt(p.Unused), est(s, "pending"), formatInt(p.Pending), pendingAge, formatInt(p.Expired),
-		est(s, "consumed"), formatInt(p.Consumed), stuck, leaked, eta)
+		est(s, "consumed"), formatInt(p.Consumed), stuck, leaked, eta, starved)
 	// Too wide: the glyphs stand for their names, so the figures stay whole.
-	short := fmt.Sprintf("█ %s%s ▓ %s%s%s ▒ %s ░ %s%s · %s%s · %s",
+	short := fmt.Sprintf("█ %s%s ▓ %s%s%s ▒ %s ░ %s%s · %s%s · %s%s",
 		est(s, "unused"), formatInt(p.Unused), est(s, "pending"), formatInt(p.Pending), pendingAge, formatInt(p.Expired),
-		est(s, "consumed"), formatInt(p.Consumed), stuck, leaked, eta)
+		est(s, "consumed"), formatInt(p.Consumed), stuck, leaked, eta, starved)
 	nums := long
 	if lipgloss.Width(long) > w {
 		nums = short
@@ -341,6 +351,7 @@ var chartOrder = map[workload.Proof][]string{
 	workload.ProofDuplicates:   {chFenced, chThroughput, chLatency, chLeaked, chBurn, chTrouble, chLockWait, chDead, chConflicts, chLWLock},
 	workload.ProofFalseReclaim: {chTrouble, chFenced, chLeaked, chThroughput, chLatency, chBurn, chLockWait, chDead, chConflicts, chLWLock},
 	workload.ProofRecovery:     {chLeaked, chThroughput, chTrouble, chFenced, chLatency, chBurn, chLockWait, chDead, chConflicts, chLWLock},
+	workload.ProofStarvation:   {chThroughput, chLatency, chDead, chBurn, chLeaked, chFenced, chLockWait, chConflicts, chTrouble, chLWLock},
 	workload.ProofDeadTuples:   {chDead, chLatency, chThroughput, chBurn, chLeaked, chFenced, chLockWait, chConflicts, chTrouble, chLWLock},
 }
 
@@ -505,6 +516,16 @@ func (m Model) proofText() (long, short string) {
 		oldest := shortDuration(w.DeadOldest.Seconds())
 		return "held by the dead " + n(int64(w.Leaked)) + " · oldest " + oldest + " · back after the " + m.cfg.TTL.String() + " lease",
 			"dead-held " + n(int64(w.Leaked)) + " · oldest " + oldest
+	case workload.ProofStarvation:
+		ids, secs := "—", "—"
+		if p := s.Pool; p.PassedOver != nil && p.PassedOverS != nil {
+			ids, secs = n(*p.PassedOver), shortDuration(*p.PassedOverS)
+			if p.PassedOverFull {
+				ids += "+"
+			}
+		}
+		return "free ids passed over " + ids + " · oldest " + secs + " · newer claims " + n(w.PassedOver),
+			"passed over " + ids + " · oldest " + secs
 	case workload.ProofDeadTuples:
 		vac := "on"
 		if w.AutovacuumOff {
@@ -626,7 +647,7 @@ func (m Model) viewKnobs(width, height int) string {
 		}
 		lines = append(lines, fmt.Sprintf("%s %s %s", st.Dim.Render(fmt.Sprintf("%-3s", r.key)), pad(r.name, 8), v))
 	}
-	lines = append(lines, st.Dim.Render("1-8 !-& scenarios"), st.Dim.Render("r reset R fresh ? help"))
+	lines = append(lines, st.Dim.Render("1-8 !-* scenarios"), st.Dim.Render("r reset R fresh ? help"))
 	if m.knobErr != "" {
 		lines = append(lines, st.Alert.Render(truncate(m.knobErr, width-2)))
 	}

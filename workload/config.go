@@ -53,6 +53,10 @@ type Config struct {
 	// database's. When set, workers judge their leases by that clock: they
 	// renew late and commit work they believe is still leased.
 	ClockSkew time.Duration `json:"clock_skew"`
+	// ShareHold: a report reads the ShareRows lowest free ids FOR SHARE
+	// and keeps its transaction open this long, again and again (0: no
+	// report). Claims pass over the rows it holds: starvation.
+	ShareHold time.Duration `json:"share_hold"`
 	// LockHeld is how long a Blocking claim keeps its row locks between
 	// the SELECT … FOR UPDATE and the UPDATE (application code between
 	// the two); the other strategies ignore it.
@@ -125,6 +129,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("reaper grace %v: between 0 and 1h", c.ReaperGrace)
 	case c.ClockSkew < 0 || c.ClockSkew > time.Hour:
 		return fmt.Errorf("clock skew %v: between 0 and 1h", c.ClockSkew)
+	case c.ShareHold < 0 || c.ShareHold > time.Hour:
+		return fmt.Errorf("share hold %v: between 0 and 1h", c.ShareHold)
 	case c.LockHeld < 0 || c.LockHeld > time.Second:
 		return fmt.Errorf("lock held %v: between 0 and 1s", c.LockHeld)
 	case c.Refill < 0 || c.Refill > 1e6 || math.IsNaN(c.Refill):
@@ -181,6 +187,7 @@ func (c Config) Changes(before Config) []string {
 	knob("transfer rate", pct(before.TransferRate), pct(c.TransferRate))
 	knob("clock skew", before.ClockSkew.String(), c.ClockSkew.String())
 	knob("lock held", before.LockHeld.String(), c.LockHeld.String())
+	knob("report FOR SHARE", holdText(before.ShareHold), holdText(c.ShareHold))
 	knob("ack loss", pct(before.AckLoss), pct(c.AckLoss))
 	knob("request ids", idMode(before.StableRequestID), idMode(c.StableRequestID))
 	knob("autovacuum", onOff(before.Autovacuum), onOff(c.Autovacuum))
@@ -206,4 +213,18 @@ func idMode(stable bool) string {
 		return "stable"
 	}
 	return "FRESH"
+}
+
+// ShareRows is how many of the lowest free ids the report holds FOR SHARE.
+const ShareRows = 20
+
+// ShareHoldOn is the report's hold when a key turns it on.
+const ShareHoldOn = 20 * time.Second
+
+// holdText says whether the report runs, and how long it holds.
+func holdText(d time.Duration) string {
+	if d == 0 {
+		return "off"
+	}
+	return d.String()
 }

@@ -39,6 +39,7 @@ const (
 	cReplayed                    // retries the ledger recognised by their request id: nothing written twice
 	cDupFresh                    // retries with a fresh request id that wrote a second effect
 	cDupStable                   // retries with the stable request id that wrote a second effect (must stay 0)
+	cPassedOver                  // ids claimed above a free id the report held: claims that passed it over
 	numCounters
 )
 
@@ -257,4 +258,9 @@ type Snapshot struct {
 	RecoveryWait time.Duration `json:"recovery_wait_ns"`
 	// AutovacuumOff: the workload turned autovacuum off for the pool.
 	AutovacuumOff bool `json:"autovacuum_off"`
+	// Reports: transactions of the report (ShareHold) that held free ids
+	// FOR SHARE; PassedOver: ids claimed above a free id it held, while
+	// it held it (the starvation story).
+	Reports    int64 `json:"reports"`
+	PassedOver int64 `json:"passed_over"`
 }

@@ -57,6 +57,7 @@ const (
 	ProofFalseReclaim Proof = "false_reclaim" // healthy workers that lost their lease to a short TTL
 	ProofRecovery     Proof = "recovery"      // how long crashed workers' ids wait under a long TTL
 	ProofDeadTuples   Proof = "dead_tuples"   // dead tuples with autovacuum off
+	ProofStarvation   Proof = "starvation"    // claims that took newer ids while a report held older free ones
 )
 
 func base(seed uint64) Config {
@@ -165,6 +166,10 @@ var Scenarios = []Scenario{
 		About:  "autovacuum off for the pool table: every claim and commit leaves a dead tuple, and claims slow down as they pile up",
 		Expect: "dead tuples climb; u: autovacuum on", Proof: ProofDeadTuples,
 		Config: func(s uint64) Config { c := base(s); c.Autovacuum = false; return c }},
+	{Name: "starvation", Key: "*", PoolSize: 200_000,
+		About:  "a report reads the 20 lowest free ids FOR SHARE and keeps its transaction open 20s: SKIP LOCKED claims pass over them and take newer ids (seed 001 §6.3)",
+		Expect: "free ids passed over; g: report off", Proof: ProofStarvation,
+		Config: func(s uint64) Config { c := base(s); c.ShareHold = ShareHoldOn; return c }},
 }
 
 // ScenarioByName finds a preset.
@@ -210,6 +215,9 @@ type Summary struct {
 	DuplicatesFreshID   int64   `json:"duplicates_fresh_id,omitempty"`
 	DuplicatesStableID  int64   `json:"duplicates_stable_id"`
 	MaxRecoveryMS       float64 `json:"max_recovery_ms,omitempty"`
+	// PassedOverClaims: ids claimed above a free id the report held FOR
+	// SHARE, while it held it (the starvation story).
+	PassedOverClaims int64 `json:"passed_over_claims,omitempty"`
 	// Vacuum is the pool's vacuum state at the end of the run, before the
 	// workload stopped (and restored autovacuum); AutovacuumLeftOff, after.
 	Vacuum            *engine.VacuumState `json:"vacuum,omitempty"`
@@ -352,7 +360,7 @@ run:
 		LeasesLost: snap.LeasesLost, Transferred: snap.Transferred, OldHolderRejections: snap.OldHolderRejections,
 		PastExpiry: snap.PastExpiry, AcksLost: snap.AcksLost, Replayed: snap.Replayed,
 		DuplicatesFreshID: snap.DuplicatesFreshID, DuplicatesStableID: snap.DuplicatesStableID,
-		Vacuum: vac, AutovacuumLeftOff: leftOff,
+		Vacuum: vac, AutovacuumLeftOff: leftOff, PassedOverClaims: snap.PassedOver,
 		Violations: []string{}, Expected: []string{},
 	}
 	if snap.RecoveryWait > 0 {
@@ -468,6 +476,10 @@ func (s *Summary) judgeStory(sc Scenario, cfg Config) {
 		}
 		if s.LeasesLost+s.FencedRejections > 0 {
 			fail("%d leases lost and %d commits fenced under a lease far longer than the work", s.LeasesLost, s.FencedRejections)
+		}
+	case ProofStarvation:
+		if s.PassedOverClaims == 0 {
+			fail("no claim took a newer id while the report held older free ones: starvation did not show")
 		}
 	case ProofDeadTuples:
 		switch v := s.Vacuum; {

@@ -51,7 +51,11 @@ type Workload struct {
 	// run (guarded by mu); vacOff, that the supervisor turned autovacuum off.
 	recoveryWait time.Duration
 	vacOff       atomic.Bool
-	base         Snapshot // subtracted by Reset
+	// heldMin is the lowest free id the report holds FOR SHARE now
+	// (math.MaxInt64: none); reports counts its transactions.
+	heldMin atomic.Int64
+	reports atomic.Int64
+	base    Snapshot // subtracted by Reset
 
 	wg  sync.WaitGroup // worker goroutines
 	run startstop.Runner
@@ -74,6 +78,7 @@ func New(eng *engine.Engine, cfg Config) (*Workload, error) {
 		retired: newTotals(), leaked: map[int64]LeakedLease{},
 	}
 	w.cfg.Store(&cfg)
+	w.heldMin.Store(math.MaxInt64)
 	return w, nil
 }
 
@@ -117,9 +122,12 @@ func (w *Workload) supervise(ctx context.Context) {
 	var refillDebt float64
 	keptUp := w.consumed.Load() // consumption the producer has matched
 	w.reconcile(ctx, dbCtx)
+	reported := make(chan struct{})
+	go func() { defer close(reported); w.report(ctx) }()
 	for {
 		select {
 		case <-ctx.Done():
+			<-reported
 			w.mu.Lock()
 			for _, wk := range w.workers {
 				wk.quit()
@@ -356,6 +364,7 @@ func (w *Workload) Snapshot() Snapshot {
 		Transferred: t.c[cTransferred], OldHolderRejections: t.c[cOldHolder], PastExpiry: t.c[cPastExpiry],
 		AcksLost: t.c[cAckLost], Replayed: t.c[cReplayed], DuplicatesFreshID: t.c[cDupFresh], DuplicatesStableID: t.c[cDupStable],
 		DeadOldest: oldest, RecoveryWait: recovery, AutovacuumOff: w.vacOff.Load(),
+		Reports: w.reports.Load(), PassedOver: t.c[cPassedOver],
 	}
 	for i, n := range t.errs {
 		s.Errors[errClassNames[i]] = n
@@ -417,6 +426,8 @@ func (s Snapshot) minus(b Snapshot) Snapshot {
 	s.Replayed -= b.Replayed
 	s.DuplicatesFreshID -= b.DuplicatesFreshID
 	s.DuplicatesStableID -= b.DuplicatesStableID
+	s.Reports -= b.Reports
+	s.PassedOver -= b.PassedOver
 	for k, v := range b.Errors {
 		s.Errors[k] -= v
 	}
@@ -537,6 +548,13 @@ func (wk *worker) cycle(ctx context.Context, n int) (crashed bool) {
 		return false
 	}
 	wk.lostConn = 0
+	if held := wk.w.heldMin.Load(); held != math.MaxInt64 {
+		for _, l := range leases {
+			if l.ID > held {
+				s.add(cPassedOver, 1)
+			}
+		}
+	}
 	s.add(cAcquireCalls, 1)
 	s.add(cAcquired, int64(len(leases)))
 	wk.held.Store(int64(len(leases)))
@@ -746,4 +764,60 @@ func (w *Workload) Held() int {
 		}
 	}
 	return int(n)
+}
+
+// report runs the report of the starvation story while ShareHold is set:
+// it holds the lowest free ids FOR SHARE for ShareHold, again and again,
+// and stops holding within 100 ms of the knob turning it off.
+func (w *Workload) report(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		hold := w.Config().ShareHold
+		if hold <= 0 {
+			continue
+		}
+		hctx, cancel := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { // the knob turned off, or the workload stops: end the hold
+			defer close(watched)
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-hctx.Done():
+					return
+				case <-t.C:
+					if w.Config().ShareHold == 0 {
+						cancel()
+						return
+					}
+				}
+			}
+		}()
+		_, err := w.eng.HoldFree(hctx, ShareRows, hold, func(ids []int64) {
+			if len(ids) > 0 {
+				w.heldMin.Store(ids[0])
+			}
+			w.reports.Add(1)
+		})
+		w.heldMin.Store(math.MaxInt64)
+		cancel()
+		<-watched
+		if err != nil && hctx.Err() == nil {
+			w.mu.Lock()
+			w.retired.errs[classify(err)]++
+			w.mu.Unlock()
+			select { // do not spin on a failing report
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}
 }

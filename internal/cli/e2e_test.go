@@ -290,6 +290,13 @@ func TestDemoScriptInTmux(t *testing.T) {
 			r.waitFor("ALERT dead_tuples", 30*time.Second)
 			r.pressLiteral("u")
 			r.waitFor("autovacuum OFF → on", wait)
+			// *: starvation, a report holds the lowest free ids FOR SHARE
+			// and claims pass over them; g ends the report.
+			r.pressLiteral("*")
+			r.waitNumber(banner("* starvation", `passed over ([\d,]+)`), positive, wait)
+			r.waitFor("ALERT starvation", 30*time.Second)
+			r.pressLiteral("g")
+			r.waitFor("report FOR SHARE 20s → off", wait)
 			// 8: drain, the pool runs dry.
 			r.press("8")
 			r.waitNumber(banner("8 drain", `UNUSED ([\d,]+)`), zero, wait)
@@ -314,7 +321,7 @@ var demoScript = []struct {
 }{
 	{"2", nil}, {"3", nil}, {"4", nil}, {"5", nil}, {"!", []string{"F"}},
 	{"@", nil}, {"#", nil}, {"$", []string{"i"}}, {"%", nil}, {"^", nil},
-	{"6", []string{"s"}}, {"7", nil}, {"&", []string{"u"}}, {"8", nil},
+	{"6", []string{"s"}}, {"7", nil}, {"&", []string{"u"}}, {"*", []string{"g"}}, {"8", nil},
 }
 
 // TestDemoPageIsTheScriptTheTestFollows reads the numbered steps of
