@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // LeaseCheckParams are the inputs of LeaseCheck.
@@ -100,9 +101,14 @@ func (e *Engine) Vacuum(ctx context.Context) (VacuumState, error) {
 }
 
 // sqlHoldFree is a report's read of the lowest free ids, locking them
-// FOR SHARE (it waits for a claim in flight on one of them, as a report
-// would).
-const sqlHoldFree = `SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT %d FOR SHARE`
+// FOR SHARE. In READ COMMITTED a row that a claim changes between the
+// statement's snapshot and its lock is locked in its new version, then
+// rechecked and dropped, and the lock stays: the report would hold the
+// row the claim just made PENDING and block its holder's commit for the
+// whole hold. So HoldFree reads in REPEATABLE READ, where that row is a
+// serialization failure and the read is tried again, and SKIP LOCKED, so
+// that it never waits on a claim in flight.
+const sqlHoldFree = `SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT %d FOR SHARE SKIP LOCKED`
 
 // HoldFree reads the n lowest free ids FOR SHARE, as a report or an audit
 // might, calls held with them while it holds them, and keeps its
@@ -114,24 +120,33 @@ func (e *Engine) HoldFree(ctx context.Context, n int, hold time.Duration, held f
 	if n < 1 || n > MaxBatch {
 		return 0, invalid("n %d: hold between 1 and %d ids", n, MaxBatch)
 	}
-	count := 0
-	err := pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, fmt.Sprintf(sqlHoldFree, n))
+	for attempt := 0; ; attempt++ {
+		count := 0
+		err := pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, fmt.Sprintf(sqlHoldFree, n))
+			if err != nil {
+				return err
+			}
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err != nil {
+				return err
+			}
+			count = len(ids)
+			if held != nil {
+				held(ids)
+			}
+			return sleepCtx(ctx, hold)
+		})
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "40001" && attempt < 100 {
+			continue // a claim took one of the rows since the snapshot
+		}
 		if err != nil {
-			return err
+			return count, dbError("hold free ids", err)
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return err
-		}
-		count = len(ids)
-		if held != nil {
-			held(ids)
-		}
-		return sleepCtx(ctx, hold)
-	})
-	if err != nil {
-		return count, dbError("hold free ids", err)
+		return count, nil
 	}
-	return count, nil
 }
