@@ -56,11 +56,11 @@ func Catalogue(a AlertConfig) []AlertSpec {
 	return []AlertSpec{{
 		Name: AlertLockWait, Severity: SeverityPage, Rule: "PooltopLockWait",
 		Meaning: "A session touching the pool or its ledger waits on a lock. A claim must never wait (SKIP LOCKED); a waiter is a blocking claim or a transaction holding rows.",
-		Figure:  "the longest current lock wait (lock_wait_max_ms; pooltop_lock_wait_max_seconds)",
+		Figure:  "the longest current lock wait, leaving out planned changes: the waits of a migration or of pooltop's own set-up (DDL, LOCK TABLE, TRUNCATE, VACUUM FULL, REINDEX; pooltop migrate's sessions) and the waits behind one, which are shown but do not page (lock_wait_unplanned_max_ms; pooltop_lock_wait_unplanned_max_seconds)",
 		Flag:    "--alert-lock-wait", Threshold: a.LockWait.String(),
 		Raise: "when the longest wait is over the threshold at 3 of the last 5 polls, or at once when one wait has lasted " + a.LockWaitFor.String(),
 		Clear: "once the longest wait has stayed at or under half the threshold for " + hold,
-		Expr:  "pooltop_lock_wait_max_seconds > " + num(a.LockWait.Seconds()), For: "1m",
+		Expr:  "pooltop_lock_wait_unplanned_max_seconds > " + num(a.LockWait.Seconds()), For: "1m",
 		Runbook: Runbook{
 			First:  "who blocks whom: the root blocker, its state and query, and how many wait behind it",
 			Causes: "claims without SKIP LOCKED (the blocking strategy); a transaction left open after claiming (idle in transaction); a long batch or a migration holding rows",

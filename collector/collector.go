@@ -796,6 +796,20 @@ func locks(rows []lockRow, s *Snapshot) {
 		return s.Blockers[i].PID < s.Blockers[j].PID
 	})
 	s.LockWaiters = len(waits)
+	unplanned := 0.0
+	for _, w := range s.Waiters {
+		if planned(all[w.PID]) {
+			continue
+		}
+		behind := false
+		for _, by := range w.BlockedBy {
+			behind = behind || planned(all[by])
+		}
+		if !behind {
+			unplanned = math.Max(unplanned, w.WaitMS)
+		}
+	}
+	s.LockWaitUnplannedMaxMS = &unplanned
 	if len(waits) > 0 {
 		sort.Float64s(waits)
 		s.LockWaitMaxMS = waits[len(waits)-1]
@@ -893,4 +907,19 @@ func deref(p *int64) int64 {
 		return 0
 	}
 	return *p
+}
+
+// plannedStatement matches the statements of a planned change to the
+// pool: a migration's DDL, an explicit LOCK, a TRUNCATE (the demo's fresh
+// pool), VACUUM FULL or CLUSTER, REINDEX.
+var plannedStatement = regexp.MustCompile(`(?i)^\s*(CREATE|ALTER|DROP|TRUNCATE|LOCK|REINDEX|CLUSTER|VACUUM\s+\(?\s*FULL|COMMENT|GRANT|REVOKE)\b`)
+
+// planned says whether a session (nil: unknown) runs a planned change: a
+// migration's statement, pooltop's own set-up, or a session of pooltop
+// migrate. Its lock waits, and the waits behind it, are shown but do not
+// raise lock_wait: a schema change takes its locks on purpose and for a
+// moment, and paging for it would teach the on-call engineer to ignore
+// the alert.
+func planned(w *Waiter) bool {
+	return w != nil && (w.App == "pooltop-migrate" || plannedStatement.MatchString(w.Query))
 }

@@ -58,33 +58,34 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	descPoolIDs      = desc("pooltop_pool_ids", "Ids of the pool by state: unused, pending (held), expired (pending whose lease has passed, a part of pending), consumed.", "state")
-	descStuck        = desc("pooltop_pool_stuck_ids", "PENDING ids nothing will free: a lease expired longer ago than --stuck, or no lease and unchanged that long.")
-	descPassedOver   = desc("pooltop_pool_passed_over_ids", "Free ids that claims have passed over, taking newer ones, at two polls or more (among the lowest 256 free ids): starvation; absent before the second poll.")
-	descPassedOverS  = desc("pooltop_pool_passed_over_seconds", "How long claims have passed over the longest-passed-over free id (intervals in which they took newer ids).")
-	descPassedOverBy = desc("pooltop_pool_passed_over_claims", "Newer ids claimed while the longest-passed-over free id stayed free.")
-	descNoLease      = desc("pooltop_pool_no_lease_ids", "PENDING ids held with no lease (leased_until NULL): a holder that dies leaks them for good; absent where not counted.")
-	descReaperLag    = desc("pooltop_pool_reaper_lag_ids", "PENDING ids whose lease expired longer ago than one reaper interval (--alert-expired): the reaper lags.")
-	descEstimated    = desc("pooltop_pool_ids_estimated", "1 when the count of that state comes from statistics or a rolling recount instead of one exact count.", "state")
-	descWaiters      = desc("pooltop_lock_waiters", "Sessions waiting on a lock on the pool or its ledger.")
-	descWaitMax      = desc("pooltop_lock_wait_max_seconds", "Longest current lock wait on the pool or its ledger.")
-	descLWLock       = desc("pooltop_lwlock_waiters", "Sessions waiting on an LWLock (a page latch such as BufferContent, WAL, lock manager) at the poll, in a statement that names the pool or a partition.")
-	descPartUnused   = desc("pooltop_partition_unused_ids", "UNUSED ids of each partition of a partitioned pool.", "partition")
-	descDead         = desc("pooltop_dead_tuples", "Dead tuples of the pool table (all partitions).")
-	descLive         = desc("pooltop_live_tuples", "Live tuples of the pool table (all partitions).")
-	descBurn         = desc("pooltop_burn_ids_per_second", "Net decline of UNUSED ids per second, smoothed (negative: the pool grows).")
-	descETA          = desc("pooltop_depletion_eta_seconds", "Time until UNUSED runs out at the current burn; absent when the pool is not draining.")
-	descConsumedRate = desc("pooltop_consumed_ids_per_second", "CONSUMED ids added per second between the last two polls.")
-	descConns        = desc("pooltop_connections", "Connections to the server.")
-	descMaxConns     = desc("pooltop_max_connections", "The server's max_connections.")
-	descAlert        = desc("pooltop_alert_active", "1 while the alert rule is raised, else 0.", "alert")
-	descPollTime     = desc("pooltop_last_poll_timestamp_seconds", "When the poll these figures come from began (Unix time).")
-	descWorkers      = desc("pooltop_workload_workers", "Simulated workers running (demo only).")
-	descLeaked       = desc("pooltop_workload_leaked_ids", "Ids held by crashed workers that nobody released (demo only).")
-	descErrors       = desc("pooltop_workload_errors_total", "Failed workload statements by class (demo only).", "class")
-	descFleet        = desc("pooltop_fleet_processes", "pooltop work processes by state: alive, stopped (drained), gone (stopped heartbeating without draining).", "state")
-	descFleetCycles  = desc("pooltop_fleet_cycles_per_second", "Cycles per second of the live pooltop work processes, summed.")
-	descFleetHeld    = desc("pooltop_fleet_gone_held_leases", "Leases the gone processes still hold, counted in the pool (until counted, as their last heartbeat said): waiting for the reaper.")
+	descPoolIDs       = desc("pooltop_pool_ids", "Ids of the pool by state: unused, pending (held), expired (pending whose lease has passed, a part of pending), consumed.", "state")
+	descStuck         = desc("pooltop_pool_stuck_ids", "PENDING ids nothing will free: a lease expired longer ago than --stuck, or no lease and unchanged that long.")
+	descPassedOver    = desc("pooltop_pool_passed_over_ids", "Free ids that claims have passed over, taking newer ones, at two polls or more (among the lowest 256 free ids): starvation; absent before the second poll.")
+	descPassedOverS   = desc("pooltop_pool_passed_over_seconds", "How long claims have passed over the longest-passed-over free id (intervals in which they took newer ids).")
+	descPassedOverBy  = desc("pooltop_pool_passed_over_claims", "Newer ids claimed while the longest-passed-over free id stayed free.")
+	descWaitUnplanned = desc("pooltop_lock_wait_unplanned_max_seconds", "The longest lock wait, leaving out the waits of planned changes (DDL, LOCK TABLE, TRUNCATE, VACUUM FULL; pooltop migrate) and the waits behind them: what lock_wait pages on.")
+	descNoLease       = desc("pooltop_pool_no_lease_ids", "PENDING ids held with no lease (leased_until NULL): a holder that dies leaks them for good; absent where not counted.")
+	descReaperLag     = desc("pooltop_pool_reaper_lag_ids", "PENDING ids whose lease expired longer ago than one reaper interval (--alert-expired): the reaper lags.")
+	descEstimated     = desc("pooltop_pool_ids_estimated", "1 when the count of that state comes from statistics or a rolling recount instead of one exact count.", "state")
+	descWaiters       = desc("pooltop_lock_waiters", "Sessions waiting on a lock on the pool or its ledger.")
+	descWaitMax       = desc("pooltop_lock_wait_max_seconds", "Longest current lock wait on the pool or its ledger.")
+	descLWLock        = desc("pooltop_lwlock_waiters", "Sessions waiting on an LWLock (a page latch such as BufferContent, WAL, lock manager) at the poll, in a statement that names the pool or a partition.")
+	descPartUnused    = desc("pooltop_partition_unused_ids", "UNUSED ids of each partition of a partitioned pool.", "partition")
+	descDead          = desc("pooltop_dead_tuples", "Dead tuples of the pool table (all partitions).")
+	descLive          = desc("pooltop_live_tuples", "Live tuples of the pool table (all partitions).")
+	descBurn          = desc("pooltop_burn_ids_per_second", "Net decline of UNUSED ids per second, smoothed (negative: the pool grows).")
+	descETA           = desc("pooltop_depletion_eta_seconds", "Time until UNUSED runs out at the current burn; absent when the pool is not draining.")
+	descConsumedRate  = desc("pooltop_consumed_ids_per_second", "CONSUMED ids added per second between the last two polls.")
+	descConns         = desc("pooltop_connections", "Connections to the server.")
+	descMaxConns      = desc("pooltop_max_connections", "The server's max_connections.")
+	descAlert         = desc("pooltop_alert_active", "1 while the alert rule is raised, else 0.", "alert")
+	descPollTime      = desc("pooltop_last_poll_timestamp_seconds", "When the poll these figures come from began (Unix time).")
+	descWorkers       = desc("pooltop_workload_workers", "Simulated workers running (demo only).")
+	descLeaked        = desc("pooltop_workload_leaked_ids", "Ids held by crashed workers that nobody released (demo only).")
+	descErrors        = desc("pooltop_workload_errors_total", "Failed workload statements by class (demo only).", "class")
+	descFleet         = desc("pooltop_fleet_processes", "pooltop work processes by state: alive, stopped (drained), gone (stopped heartbeating without draining).", "state")
+	descFleetCycles   = desc("pooltop_fleet_cycles_per_second", "Cycles per second of the live pooltop work processes, summed.")
+	descFleetHeld     = desc("pooltop_fleet_gone_held_leases", "Leases the gone processes still hold, counted in the pool (until counted, as their last heartbeat said): waiting for the reaper.")
 )
 
 // workloadCounters are the demo workload's counters, exported as _total.
@@ -111,7 +112,7 @@ var workloadCounters = []struct {
 
 // Describe sends every metric's description.
 func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPoolIDs, descStuck, descReaperLag, descNoLease, descPassedOver, descPassedOverS, descPassedOverBy, descEstimated, descWaiters, descWaitMax, descLWLock, descPartUnused, descDead, descLive, descBurn,
+	for _, d := range []*prometheus.Desc{descPoolIDs, descStuck, descReaperLag, descWaitUnplanned, descNoLease, descPassedOver, descPassedOverS, descPassedOverBy, descEstimated, descWaiters, descWaitMax, descLWLock, descPartUnused, descDead, descLive, descBurn,
 		descETA, descConsumedRate, descConns, descMaxConns, descAlert, descPollTime, descWorkers, descLeaked, descErrors,
 		descFleet, descFleetCycles, descFleetHeld} {
 		ch <- d
@@ -162,6 +163,9 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descWaiters, float64(s.LockWaiters))
 	gauge(descWaitMax, s.LockWaitMaxMS/1000)
+	if s.LockWaitUnplannedMaxMS != nil {
+		gauge(descWaitUnplanned, *s.LockWaitUnplannedMaxMS/1000)
+	}
 	gauge(descLWLock, float64(s.LWLockWaits))
 	for _, p := range s.Partitions {
 		gauge(descPartUnused, float64(p.Unused), p.Name)

@@ -116,3 +116,55 @@ func TestLockWaitersPastTheCapAndOnAnotherTable(t *testing.T) {
 		t.Fatalf("the holder %d blocks %v, want the first waiter of each of its 2 rows; blockers %+v", holderPID, holderBlocks, s.Blockers)
 	}
 }
+
+// A write waiting behind a migration's DDL is shown, but does not raise
+// lock_wait: a planned change, not an incident. The same wait behind a
+// transaction holding the row does.
+func TestLockWaitBehindAMigrationDoesNotPage(t *testing.T) {
+	for _, tc := range []struct {
+		name, hold string
+		page       bool
+	}{
+		{"migration", "CREATE INDEX ON resource_pool (identifier)", false},
+		{"row lock", "SELECT id FROM resource_pool WHERE id = 1 FOR UPDATE", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t, 100)
+			c := b.collector(t, collector.Config{})
+			holder := pgtest.PeerTx(t, b.ctx, b.schema)
+			if _, err := holder.Exec(b.ctx, tc.hold); err != nil {
+				t.Fatal(err)
+			}
+			waiter := pgtest.Conn(t, b.schema)
+			if _, err := waiter.Exec(b.ctx, "SET lock_timeout = '60s'"); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := waiter.Exec(b.ctx, "UPDATE resource_pool SET updated_at = now() WHERE id = 1")
+				done <- err
+			}()
+			s := pollUntil(t, c, "the write waits over 100 ms", func(s collector.Snapshot) bool { return s.LockWaitMaxMS > 100 })
+			for range 5 { // 3 of the last 5 polls over the threshold would page
+				var err error
+				if s, err = c.Poll(b.ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			paged := false
+			for _, a := range s.Alerts {
+				paged = paged || (a.Name == collector.AlertLockWait && a.Active)
+			}
+			if paged != tc.page || s.LockWaiters != 1 || s.LockWaitUnplannedMaxMS == nil || (*s.LockWaitUnplannedMaxMS > 0) != tc.page {
+				t.Fatalf("behind %q: lock_wait raised %v (want %v), waiters %d, longest %.0f ms, unplanned %v",
+					tc.hold, paged, tc.page, s.LockWaiters, s.LockWaitMaxMS, deref(s.LockWaitUnplannedMaxMS))
+			}
+			if err := holder.Rollback(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -251,7 +251,11 @@ func (c *Collector) evaluate(s *Snapshot, ev func(kind, format string, args ...a
 		s.Alerts = append(s.Alerts, st.Alert)
 	}
 	wait := float64(a.LockWait.Milliseconds())
-	waiting := s.LockWaitMaxMS > wait
+	longest := s.LockWaitMaxMS
+	if s.LockWaitUnplannedMaxMS != nil {
+		longest = *s.LockWaitUnplannedMaxMS
+	}
+	waiting := longest > wait
 	c.lockRecent = append(c.lockRecent, waiting)
 	if len(c.lockRecent) > lockPolls {
 		c.lockRecent = c.lockRecent[1:]
@@ -262,9 +266,9 @@ func (c *Collector) evaluate(s *Snapshot, ev func(kind, format string, args ...a
 			over++
 		}
 	}
-	recurs := over >= lockPollsOver || s.LockWaitMaxMS >= float64(a.LockWaitFor.Milliseconds())
-	rule(AlertLockWait, waiting && recurs, s.LockWaitMaxMS <= wait/2,
-		"longest lock wait %.0f ms (threshold %v)", s.LockWaitMaxMS, a.LockWait)
+	recurs := over >= lockPollsOver || longest >= float64(a.LockWaitFor.Milliseconds())
+	rule(AlertLockWait, waiting && recurs, longest <= wait/2,
+		"longest lock wait %.0f ms (threshold %v)", longest, a.LockWait)
 	within := a.DepletionWithin.Seconds()
 	empty := s.Pool.Unused == 0 && s.Pool.Total > 0
 	draining := s.DepletionETAS != nil && *s.DepletionETAS < within

@@ -142,8 +142,13 @@ type Snapshot struct {
 	LockWaiters   int       `json:"lock_waiters"`
 	LockWaitMaxMS float64   `json:"lock_wait_max_ms"`
 	LockWaitP95MS float64   `json:"lock_wait_p95_ms"`
-	Waiters       []Waiter  `json:"waiters"`
-	Blockers      []Blocker `json:"blockers"`
+	// LockWaitUnplannedMaxMS: the longest lock wait, leaving out planned
+	// changes (see planned): the figure the lock_wait alert watches. Null
+	// in recordings made before pooltop read it (the alert then watches
+	// LockWaitMaxMS).
+	LockWaitUnplannedMaxMS *float64  `json:"lock_wait_unplanned_max_ms"`
+	Waiters                []Waiter  `json:"waiters"`
+	Blockers               []Blocker `json:"blockers"`
 	// LWLockWaits: client backends waiting on an LWLock (a page latch such
 	// as BufferContent, a WAL or lock-manager lock) at the poll, in a
 	// statement that names the pool or one of its partitions;

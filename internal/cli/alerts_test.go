@@ -56,7 +56,7 @@ func TestAlertFilesAreTheCatalogue(t *testing.T) {
 // The thresholds given reach the rules, and bad ones are refused by flag.
 func TestAlertsThresholdsAndBadInput(t *testing.T) {
 	r := pooltop(t, "alerts", "--prometheus", "--alert-lock-wait", "200ms", "--alert-dead-ratio", "0.5")
-	if r.code != exitOK || !strings.Contains(r.stdout, "pooltop_lock_wait_max_seconds > 0.2") || !strings.Contains(r.stdout, "> 0.5") {
+	if r.code != exitOK || !strings.Contains(r.stdout, "pooltop_lock_wait_unplanned_max_seconds > 0.2") || !strings.Contains(r.stdout, "> 0.5") {
 		t.Fatalf("alerts --prometheus with thresholds: exit %d\n%s", r.code, r.stdout)
 	}
 	for _, bad := range [][]string{{"--alert-lock-wait", "0"}, {"--alert-dead-ratio", "1.5"}, {"--alert-lwlock-waiters", "0"}, {"--alert-starvation", "0s"}, {"--alert-connections", "x"}, {"--json", "--prometheus"}} {
@@ -118,7 +118,7 @@ func promtoolTests(t *testing.T) string {
 	}
 	var inputs []series
 	add := func(s []series) { inputs = append(inputs, s...) }
-	add(in("pooltop_lock_wait_max_seconds", "", flat("0.2"), flat("0.01")))
+	add(in("pooltop_lock_wait_unplanned_max_seconds", "", flat("0.2"), flat("0.01")))
 	add(in("pooltop_depletion_eta_seconds", "", flat("300"), flat("5000")))
 	add(in("pooltop_pool_ids", `state="unused"`, flat("1000"), flat("100000")))
 	add(in("pooltop_pool_reaper_lag_ids", "", flat("5"), flat("0")))

@@ -293,7 +293,7 @@ func TestDemoScriptInTmux(t *testing.T) {
 			// *: starvation, a report holds the lowest free ids FOR SHARE
 			// and claims pass over them; g ends the report.
 			r.pressLiteral("*")
-			r.waitNumber(banner("* starvation", `passed over ([\d,]+)`), positive, wait)
+			r.waitNumber(banner("* starvation", `(?:free ids )?passed over ([\d,]+)`), positive, wait)
 			r.waitFor("ALERT starvation", 30*time.Second)
 			r.pressLiteral("g")
 			r.waitFor("report FOR SHARE 20s → off", wait)
