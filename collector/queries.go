@@ -54,7 +54,10 @@ func serverQuery(version int) string {
 // might plan as a nested loop, and hb joins on hashable keys (coalesced:
 // a lock tag's unused fields are null), the rest of the tag compared after.
 //
-// The LWLock figures count the client backends (not this one) that wait on
+// The LWLock figures count the client backends (not the collector's own:
+// its three sessions, or another watch's, share its application_name, and
+// on a partitioned pool their statements take enough relation locks to
+// queue on the lock manager among themselves) that wait on
 // an LWLock (wait_event_type = 'LWLock': a page's buffer_content latch, the
 // WAL insert locks, the lock manager's partitions…) at the moment of the
 // poll, while running a statement that names the pool table or one of its
@@ -144,5 +147,6 @@ CROSS JOIN LATERAL (
     SELECT sum(e.n)::int AS n, (array_agg(e.wait_event ORDER BY e.n DESC, e.wait_event))[1] AS top
     FROM (SELECT a.wait_event, count(*) AS n FROM a
           WHERE a.wait_event_type = 'LWLock' AND a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()
+            AND a.application_name IS DISTINCT FROM current_setting('application_name')
             AND EXISTS (SELECT 1 FROM unnest($4::text[]) AS t(name) WHERE strpos(a.query, t.name) > 0)
           GROUP BY a.wait_event) AS e) AS lw`
