@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,11 +23,13 @@ type alertsOptions struct {
 	alerts     collector.AlertConfig
 	prometheus bool
 	markdown   bool
+	output     string   // write to this file instead of stdout
+	names      []string // only these alerts (the text and JSON catalogue)
 }
 
 func newAlertsCmd(g *globals) *cobra.Command {
 	return g.command(&alertsOptions{}, &cobra.Command{
-		Use:   "alerts",
+		Use:   "alerts [NAME...]",
 		Short: "Print the alert catalogue: meaning, thresholds, runbooks; or Prometheus rules",
 		Long: `Print every alert pooltop raises: what it means, the figure and threshold
 (with the flag that sets it), when it is raised and when it clears, its
@@ -35,6 +41,8 @@ thresholds given (contrib/prometheus/pooltop-alerts.yml is its output with
 the defaults), plus rules that need no dashboard: the scrape is down, the
 poll fails or slows, an alert is active. Connects to nothing.`,
 		Example: `  pooltop alerts
+  pooltop alerts starvation lock_wait
+  pooltop alerts --prometheus -o /etc/prometheus/rules/pooltop.yml
   pooltop alerts --json | jq '.[] | select(.severity == "page") | .name'
   pooltop alerts --prometheus --alert-lock-wait 200ms > /etc/prometheus/rules/pooltop.yml`,
 	})
@@ -80,6 +88,11 @@ func (o *alertsOptions) addFlags(c *cobra.Command, g *globals) {
 	addAlertFlags(c.Flags(), &o.alerts)
 	c.Flags().BoolVar(&o.prometheus, "prometheus", false, "print a Prometheus alerting rules file with these thresholds")
 	c.Flags().BoolVar(&o.markdown, "markdown", false, "print the catalogue as the docs page (docs/alerts.md)")
+	c.Flags().StringVarP(&o.output, "output", "o", "", "write to `FILE` (whole, or not at all) instead of printing")
+	c.Args = func(_ *cobra.Command, args []string) error {
+		o.names = args
+		return nil
+	}
 	_ = c.Flags().MarkHidden("markdown")
 	g.jsonFlag(c, "print the catalogue as JSON")
 }
@@ -94,18 +107,65 @@ func (o *alertsOptions) validate(g *globals) error {
 	if n > 1 {
 		return usageError{fmt.Errorf("--prometheus, --json and --markdown: give one of them")}
 	}
+	if len(o.names) > 0 && (o.prometheus || o.markdown) {
+		return usageError{fmt.Errorf("alert names %v: they choose what the catalogue prints; the rules file and the docs page hold every alert (leave the names out)", o.names)}
+	}
+	known := map[string]bool{}
+	var all []string
+	for _, s := range collector.Catalogue(o.alerts) {
+		known[s.Name] = true
+		all = append(all, s.Name)
+	}
+	for _, n := range o.names {
+		if !known[n] {
+			return usageError{fmt.Errorf("alert %q: no such alert; the alerts are %s", n, strings.Join(all, ", "))}
+		}
+	}
 	return checkAlertConfig(o.alerts)
 }
 
 func (o *alertsOptions) run(_ context.Context, g *globals) error {
+	if o.output == "" {
+		return o.write(g, g.stdout)
+	}
+	// Written beside the file, then renamed over it: a rules file that
+	// Prometheus reloads is never seen half written.
+	dir := filepath.Dir(o.output)
+	f, err := os.CreateTemp(dir, ".pooltop-alerts-*")
+	if err != nil {
+		return usageError{fmt.Errorf("--output %s: cannot write there (%v); give a path in a directory you can write", o.output, err)}
+	}
+	defer os.Remove(f.Name()) // after the rename: nothing to remove
+	werr := o.write(g, f)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(f.Name(), o.output)
+	}
+	if werr != nil {
+		return usageError{fmt.Errorf("--output %s: cannot write it (%v); give a path in a directory you can write", o.output, werr)}
+	}
+	return nil
+}
+
+// write prints what the flags ask for to w.
+func (o *alertsOptions) write(g *globals, w io.Writer) error {
 	switch {
 	case o.prometheus:
-		return writePrometheusRules(g.stdout, o.alerts)
+		return writePrometheusRules(w, o.alerts)
 	case o.markdown:
-		return writeAlertsPage(g.stdout, o.alerts)
+		return writeAlertsPage(w, o.alerts)
 	}
-	cat := collector.Catalogue(o.alerts)
-	return g.emit(cat, func(w io.Writer) error {
+	var cat []collector.AlertSpec
+	for _, s := range collector.Catalogue(o.alerts) {
+		if len(o.names) == 0 || slices.Contains(o.names, s.Name) {
+			cat = append(cat, s)
+		}
+	}
+	out := *g
+	out.stdout = w
+	return out.emit(cat, func(w io.Writer) error {
 		for i, s := range cat {
 			if i > 0 {
 				fmt.Fprintln(w)

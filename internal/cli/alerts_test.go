@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,6 +69,36 @@ func TestAlertsThresholdsAndBadInput(t *testing.T) {
 	r = pooltop(t, "alerts", "--json")
 	if r.code != exitOK || !strings.Contains(r.stdout, `"runbook":{"first":`) || !strings.Contains(r.stdout, `"severity":"page"`) {
 		t.Fatalf("alerts --json: exit %d\n%s", r.code, r.stdout)
+	}
+	// Names choose alerts; an unknown one is refused, naming the others.
+	r = pooltop(t, "alerts", "--json", "starvation", "no_lease")
+	var some []collector.AlertSpec
+	if err := json.Unmarshal([]byte(r.stdout), &some); r.code != exitOK || err != nil || len(some) != 2 || some[0].Name != "no_lease" || some[1].Name != "starvation" {
+		t.Fatalf("alerts --json starvation no_lease: exit %d, %v, %+v", r.code, err, some)
+	}
+	for _, bad := range [][]string{{"nope"}, {"--prometheus", "lock_wait"}} {
+		r = pooltop(t, append([]string{"alerts"}, bad...)...)
+		if r.code != exitUsage || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, "lock_wait") {
+			t.Errorf("alerts %v: exit %d, stderr %q; want exit 2 and one line naming the alerts", bad, r.code, r.stderr)
+		}
+	}
+	// -o writes the rules file whole; a path that cannot be written is
+	// one line, exit 2, and leaves nothing behind.
+	dir := t.TempDir()
+	file := filepath.Join(dir, "rules.yml")
+	if r = pooltop(t, "alerts", "--prometheus", "-o", file); r.code != exitOK || r.stdout != "" {
+		t.Fatalf("alerts --prometheus -o: exit %d, stdout %q", r.code, r.stdout)
+	}
+	written, err := os.ReadFile(file)
+	if want := pooltop(t, "alerts", "--prometheus").stdout; err != nil || string(written) != want {
+		t.Fatalf("the file written differs from the rules printed (%v)", err)
+	}
+	r = pooltop(t, "alerts", "--prometheus", "-o", filepath.Join(dir, "missing", "rules.yml"))
+	if r.code != exitUsage || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, "--output") {
+		t.Errorf("-o into a missing directory: exit %d, stderr %q; want exit 2 and one line naming --output", r.code, r.stderr)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 1 {
+		t.Errorf("files left in %s: %v, want only rules.yml", dir, left)
 	}
 }
 
