@@ -163,13 +163,20 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 }
 
 // checkVacuumOff refuses a start with autovacuum off (the vacuum-off story)
-// where the pool may not be pooltop's: with --allow-writes on a --dsn the
-// demo and work run on pools pooltop did not create, and turning a user's
-// autovacuum off is not theirs to do. (The dashboard's keys are checked by
-// the stage the same way.)
+// or the FOR SHARE report (starvation) where the pool may not be
+// pooltop's: with --allow-writes on a --dsn the demo and work run on pools
+// pooltop did not create, and turning a user's autovacuum off, or holding
+// their database's vacuum horizon, is not theirs to do. (The dashboard's
+// keys are checked by the stage the same way.)
 func checkVacuumOff(g *globals, cfg workload.Config) error {
-	if !cfg.Autovacuum && g.dsn != "" && g.allowWrites {
+	if g.dsn == "" || !g.allowWrites {
+		return nil
+	}
+	switch {
+	case !cfg.Autovacuum:
 		return usageError{errors.New("--scenario vacuum-off turns autovacuum off for the pool: refused with --allow-writes, where the pool may not be pooltop's; run it on the throwaway server or on a pool made by pooltop migrate, without --allow-writes")}
+	case cfg.ShareHold > 0:
+		return usageError{errors.New("--scenario starvation holds rows FOR SHARE and the database's vacuum horizon 20 s at a time: refused with --allow-writes, where the pool may not be pooltop's; run it on the throwaway server or on a pool made by pooltop migrate, without --allow-writes")}
 	}
 	return nil
 }

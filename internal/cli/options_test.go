@@ -76,6 +76,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"work vacuum-off on a pooltop pool", work, watched, []string{"--scenario", "vacuum-off"}, ""},
 		{"demo vacuum-off on a pool that may not be pooltop's", demo, globals{dsn: "postgres://x@127.0.0.1:1/db", schema: "public"}, []string{"--scenario", "vacuum-off", "--allow-writes"}, "--allow-writes"},
 		{"demo vacuum-off on the throwaway server", demo, globals{schema: "public"}, []string{"--scenario", "vacuum-off", "--allow-writes"}, ""},
+		{"demo starvation on a pool that may not be pooltop's", demo, globals{dsn: "postgres://x@127.0.0.1:1/db", schema: "public"}, []string{"--scenario", "starvation", "--allow-writes"}, "--allow-writes"},
+		{"work starvation on a pool that may not be pooltop's", work, globals{dsn: "postgres://x@127.0.0.1:1/db", schema: "public"}, []string{"--scenario", "starvation", "--allow-writes"}, "--allow-writes"},
 		{"work without --dsn", work, globals{schema: "public"}, nil, "--dsn"},
 		{"work knobs", work, watched, []string{"--task", "400ms", "--ttl", "5s", "--batch", "10", "--crash-rate", "0.1"}, ""},
 		{"work bad ttl", work, watched, []string{"--ttl", "1ms"}, "ttl"},

@@ -41,11 +41,19 @@ func (s *Stage) Config() workload.Config { return s.Workload.Config() }
 // errVacuumNotOurs refuses to turn autovacuum off on a pool pooltop did not create.
 var errVacuumNotOurs = errors.New("refusing to turn autovacuum off: pooltop did not create this pool (the demo runs on it with --allow-writes); vacuum-off runs on the embedded server or a pool made by pooltop migrate")
 
+// errReportNotOurs refuses the starvation story's report on a pool
+// pooltop did not create: it holds row locks and the database's xmin
+// horizon (vacuum of every table) for 20 s at a time.
+var errReportNotOurs = errors.New("refusing to run the FOR SHARE report: pooltop did not create this pool (the demo runs on it with --allow-writes), and the report holds row locks and the database's vacuum horizon 20 s at a time; starvation runs on the embedded server or a pool made by pooltop migrate")
+
 // Check refuses knobs the pool is not the demo's to take: autovacuum off
-// only on a pool pooltop made.
+// and the report only on a pool pooltop made.
 func (s *Stage) Check(c workload.Config) error {
-	if !c.Autovacuum && !s.Rebuild {
+	switch {
+	case !c.Autovacuum && !s.Rebuild:
 		return errVacuumNotOurs
+	case c.ShareHold > 0 && !s.Rebuild:
+		return errReportNotOurs
 	}
 	return nil
 }

@@ -186,6 +186,15 @@ func TestStageNeverEmptiesAPoolNotItsOwn(t *testing.T) {
 	if v, err := db.Engine.Vacuum(ctx); err != nil || v.AutovacuumOff {
 		t.Fatalf("autovacuum off on a pool not ours (%v)", err)
 	}
+	// Nor does the report hold its rows and the vacuum horizon there.
+	if err := st.Play(presetOf(t, "starvation")); !errors.Is(err, errReportNotOurs) {
+		t.Fatalf("starvation on a pool not ours: %v", err)
+	}
+	c = wl.Config()
+	c.ShareHold = workload.ShareHoldOn
+	if err := st.SetConfig(c); !errors.Is(err, errReportNotOurs) {
+		t.Fatalf("report knob on a pool not ours: %v", err)
+	}
 }
 
 // A fresh pool never sends a token back. A holder outside the demo (a
