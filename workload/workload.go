@@ -52,9 +52,11 @@ type Workload struct {
 	recoveryWait time.Duration
 	vacOff       atomic.Bool
 	// heldMin is the lowest free id the report holds FOR SHARE now
-	// (math.MaxInt64: none); reports counts its transactions.
+	// (math.MaxInt64: none); reports counts its transactions; rep is the
+	// report running, touched only by the supervisor.
 	heldMin atomic.Int64
 	reports atomic.Int64
+	rep     *reporter
 	base    Snapshot // subtracted by Reset
 
 	wg  sync.WaitGroup // worker goroutines
@@ -122,12 +124,10 @@ func (w *Workload) supervise(ctx context.Context) {
 	var refillDebt float64
 	keptUp := w.consumed.Load() // consumption the producer has matched
 	w.reconcile(ctx, dbCtx)
-	reported := make(chan struct{})
-	go func() { defer close(reported); w.report(ctx) }()
 	for {
 		select {
 		case <-ctx.Done():
-			<-reported
+			w.stopReport()
 			w.mu.Lock()
 			for _, wk := range w.workers {
 				wk.quit()
@@ -219,6 +219,15 @@ func (w *Workload) reconcile(ctx, dbCtx context.Context) {
 		w.reaper.Start(ctx)
 	case !cfg.Reaper && w.reaper.Running():
 		w.reaper.Stop()
+	}
+	switch {
+	case cfg.ShareHold > 0 && !w.rep.running():
+		w.stopReport() // one that ended by itself
+		rctx, cancel := context.WithCancel(ctx)
+		w.rep = &reporter{cancel: cancel, done: make(chan struct{})}
+		go func(r *reporter) { defer close(r.done); w.report(rctx) }(w.rep)
+	case cfg.ShareHold == 0:
+		w.stopReport()
 	}
 }
 
@@ -766,57 +775,61 @@ func (w *Workload) Held() int {
 	return int(n)
 }
 
-// report runs the report of the starvation story while ShareHold is set:
-// it holds the lowest free ids FOR SHARE for ShareHold, again and again,
-// and stops holding within 100 ms of the knob turning it off.
+// reporter is the running report of the starvation story: started and
+// stopped by the supervisor's reconcile, like the reaper.
+type reporter struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// running says whether the report still runs (it ends by itself when
+// ShareHold is 0 by the time it reads it).
+func (r *reporter) running() bool {
+	if r == nil {
+		return false
+	}
+	select {
+	case <-r.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stopReport ends the report, if any, and waits for it.
+func (w *Workload) stopReport() {
+	if w.rep == nil {
+		return
+	}
+	w.rep.cancel()
+	<-w.rep.done
+	w.rep = nil
+}
+
+// report holds the lowest free ids FOR SHARE for ShareHold, again and
+// again, until ctx ends (reconcile cancels it when the knob turns off).
 func (w *Workload) report(ctx context.Context) {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
 		hold := w.Config().ShareHold
 		if hold <= 0 {
-			continue
+			return
 		}
-		hctx, cancel := context.WithCancel(ctx)
-		watched := make(chan struct{})
-		go func() { // the knob turned off, or the workload stops: end the hold
-			defer close(watched)
-			t := time.NewTicker(100 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-hctx.Done():
-					return
-				case <-t.C:
-					if w.Config().ShareHold == 0 {
-						cancel()
-						return
-					}
-				}
-			}
-		}()
-		_, err := w.eng.HoldFree(hctx, ShareRows, hold, func(ids []int64) {
+		_, err := w.eng.HoldFree(ctx, ShareRows, hold, func(ids []int64) {
 			if len(ids) > 0 {
 				w.heldMin.Store(ids[0])
 			}
 			w.reports.Add(1)
 		})
 		w.heldMin.Store(math.MaxInt64)
-		cancel()
-		<-watched
-		if err != nil && hctx.Err() == nil {
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
 			w.mu.Lock()
 			w.retired.errs[classify(err)]++
 			w.mu.Unlock()
-			select { // do not spin on a failing report
-			case <-ctx.Done():
+			if sleepCtx(ctx, time.Second) != nil { // do not spin on a failing report
 				return
-			case <-time.After(time.Second):
 			}
 		}
 	}

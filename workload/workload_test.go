@@ -284,6 +284,38 @@ func TestChaosStarvationPassesOverHeldIDs(t *testing.T) {
 	}
 }
 
+// The report starts when its knob turns on and ends, its transaction with
+// it, when the knob turns off, while the workload runs on.
+func TestReportFollowsItsKnob(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 5000, pgtest.Options{MaxConns: 40})
+	cfg := workload.Defaults()
+	cfg.Workers, cfg.Task = 2, time.Millisecond
+	wl, err := workload.New(db.Engine, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wl.Stop)
+	wl.Start(ctx)
+	holding := func() bool { // a session of the pool idle in a transaction: the report's hold
+		var n int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+AND state = 'idle in transaction' AND query LIKE '%FOR SHARE SKIP LOCKED'`).Scan(&n)
+		return err == nil && n > 0
+	}
+	cfg.ShareHold = time.Minute
+	if err := wl.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, "the report holds free ids", 10*time.Second, func() bool { return wl.Snapshot().Reports > 0 && holding() })
+	cfg.ShareHold = 0
+	if err := wl.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, "the report ends its hold once the knob is off", 10*time.Second, func() bool { return !holding() })
+	before := wl.Snapshot().Committed
+	pgtest.Eventually(t, "the workers go on", 10*time.Second, func() bool { return wl.Snapshot().Committed > before })
+}
+
 func TestScenarioNames(t *testing.T) {
 	if _, err := workload.ScenarioByName("nope"); err == nil {
 		t.Fatal("unknown scenario accepted")
