@@ -257,31 +257,25 @@ func (q *unusedQuery) queue(b, sb *pgx.Batch, table string, width int64) {
 		return rows.Err()
 	})
 	if width > 0 && q.flo < q.fhi {
-		b.Queue(fmt.Sprintf(sqlSweep, table), width, q.flo, q.fhi).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var k, n int64
-				var t0, t1 time.Time
-				if err := rows.Scan(&k, &n, &t0, &t1); err != nil {
-					return fmt.Errorf("unused ids: ahead of the claims: %w", err)
-				}
-				q.fronted[k] = n
-				q.el = max(q.el, t1.Sub(t0))
-			}
-			return rows.Err()
-		})
+		queueChunks(b, table, width, q.flo, q.fhi, "ahead of the claims", q.fronted, &q.el)
 	}
-	if width == 0 || q.lo >= q.hi {
-		return
+	if width > 0 && q.lo < q.hi {
+		queueChunks(sb, table, width, q.lo, q.hi, "sweep", q.swept, &q.sweepEl)
 	}
-	sb.Queue(fmt.Sprintf(sqlSweep, table), width, q.lo, q.hi).Query(func(rows pgx.Rows) error {
+}
+
+// queueChunks counts the UNUSED ids of chunks [lo, hi) (sqlSweep) into
+// counts, and keeps in el the longest the statement took on the server.
+func queueChunks(b *pgx.Batch, table string, width, lo, hi int64, what string, counts map[int64]int64, el *time.Duration) {
+	b.Queue(fmt.Sprintf(sqlSweep, table), width, lo, hi).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k, n int64
 			var t0, t1 time.Time
 			if err := rows.Scan(&k, &n, &t0, &t1); err != nil {
-				return fmt.Errorf("unused ids: sweep: %w", err)
+				return fmt.Errorf("unused ids: %s: %w", what, err)
 			}
-			q.swept[k] = n
-			q.sweepEl = max(q.sweepEl, t1.Sub(t0))
+			counts[k] = n
+			*el = max(*el, t1.Sub(t0))
 		}
 		return rows.Err()
 	})
