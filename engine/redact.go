@@ -309,12 +309,66 @@ func Redact(text, password string) string {
 }
 
 // MaskQuery masks the passwords a query text may carry: the literal after a
-// PASSWORD keyword (CREATE or ALTER ROLE … [ENCRYPTED] PASSWORD '…', E'…'
-// or $tag$…$tag$, an unterminated one to the end), and the passwords of
-// connection strings inside it (dblink, postgres_fdw's options). The
-// dashboard, the JSON and the recordings show queries only through it.
+// PASSWORD keyword (CREATE or ALTER ROLE … [ENCRYPTED] PASSWORD '…', E'…',
+// U&'…', N'…' or $tag$…$tag$, with or without space or comments before it,
+// continued on the next line, an unterminated one to the end), and the
+// passwords of connection strings inside it (dblink, postgres_fdw's
+// options, CREATE SUBSCRIPTION), read from each string literal with its
+// quotes unescaped. The dashboard, the JSON and the recordings show
+// queries only through it.
 func MaskQuery(q string) string {
-	return RedactDSN(maskPasswordLiterals(q))
+	return RedactDSN(maskQuotedKV(maskLiteralDSNs(maskPasswordLiterals(q))))
+}
+
+// maskQuotedKV masks a password= value quoted as a connection string inside
+// a SQL literal quotes it (”…” or \'…\'), where the literals of q could
+// not be told apart (a comment or a quote cut short before them).
+func maskQuotedKV(s string) string {
+	lower := strings.ToLower(s)
+	var b strings.Builder
+	i := 0
+	for i < len(s) {
+		j := nextKey(lower, i)
+		if j < 0 {
+			break
+		}
+		k := j + strings.IndexByte(lower[j:], 'd') + 1
+		for k < len(s) && (s[k] == ' ' || s[k] == '\t') {
+			k++
+		}
+		quote := ""
+		if k < len(s) && s[k] == '=' {
+			k++
+			for k < len(s) && (s[k] == ' ' || s[k] == '\t') {
+				k++
+			}
+			if strings.HasPrefix(s[k:], "''") || strings.HasPrefix(s[k:], `\'`) {
+				quote = s[k : k+2]
+			}
+		}
+		if quote == "" {
+			b.WriteString(s[i:k])
+			i = k
+			continue
+		}
+		end, closed := len(s), false
+		for v := k + 2; v < len(s); v++ {
+			if strings.HasPrefix(s[v:], quote) {
+				end, closed = v+2, true
+				break
+			}
+			if s[v] == '\\' {
+				v++ // an escaped quote or backslash of the connection string
+			}
+		}
+		b.WriteString(s[i:k] + quote + mask)
+		if closed {
+			b.WriteString(quote)
+		}
+		i = end
+	}
+	b.WriteString(s[i:])
+	return b.String()
 }
 
 func maskPasswordLiterals(q string) string {
@@ -328,62 +382,210 @@ func maskPasswordLiterals(q string) string {
 		}
 		j += i
 		k := j + len("password")
-		if j > 0 && isWordByte(lower[j-1]) || k < len(q) && isWordByte(lower[k]) {
+		// A word of its own; 'password' as a value of its own is left as
+		// it is.
+		if j > 0 && (isWordByte(lower[j-1]) || q[j-1] == '\'' || q[j-1] == '"') || k < len(q) && isWordByte(lower[k]) {
 			b.WriteString(q[i:k])
 			i = k
 			continue
 		}
-		// The keyword, then white space, then the literal: 'password' as a
-		// value of its own is left as it is.
-		ws := k
-		for k < len(q) && unicode.IsSpace(rune(q[k])) {
-			k++
-		}
-		if k == ws || j > 0 && q[j-1] == '\'' {
+		k = skipSpaceAndComments(q, k)
+		start, end, backslashes := literal(q, k)
+		if end <= start {
 			b.WriteString(q[i:k])
 			i = k
 			continue
 		}
-		start, end := literal(q, k)
+		// The literal, then any continuation: a quoted literal that follows
+		// it after white space with a newline is the same string.
 		b.WriteString(q[i:start])
-		if end > start {
+		b.WriteString(mask)
+		b.WriteString(closing(q, k, end))
+		i = end
+		for q[k] != '$' && end < len(q) && q[end-1] == '\'' {
+			next := skipSpaceAndComments(q, end)
+			if next >= len(q) || q[next] != '\'' || !strings.Contains(q[end:next], "\n") {
+				break
+			}
+			end = quotedEnd(q, next+1, backslashes)
+			b.WriteString(q[i : next+1])
 			b.WriteString(mask)
-			b.WriteString(closing(q, k, end))
+			b.WriteString(closing(q, next, end))
+			i = end
 		}
-		i = max(end, start)
 	}
 	b.WriteString(q[i:])
 	return b.String()
 }
 
-// literal finds the string literal that starts at k in q: it returns where
-// its content starts (after the opening quote) and where the literal ends
-// (after its closing quote, or the end of q). start == end when none.
-func literal(q string, k int) (start, end int) {
-	switch {
-	case k < len(q) && q[k] == '\'':
-		return k + 1, quotedEnd(q, k+1, false)
-	case k+1 < len(q) && (q[k] == 'e' || q[k] == 'E') && q[k+1] == '\'':
-		return k + 2, quotedEnd(q, k+2, true)
-	case k < len(q) && q[k] == '$':
-		t := strings.IndexByte(q[k+1:], '$')
-		if t < 0 || strings.ContainsAny(q[k+1:k+1+t], " \t\n'") {
-			return k, k
+// skipSpaceAndComments returns where the next token after k starts: past
+// white space, -- comments and (nested) /* */ comments.
+func skipSpaceAndComments(q string, k int) int {
+	for k < len(q) {
+		switch {
+		case unicode.IsSpace(rune(q[k])):
+			k++
+		case strings.HasPrefix(q[k:], "--"):
+			e := strings.IndexByte(q[k:], '\n')
+			if e < 0 {
+				return len(q)
+			}
+			k += e + 1
+		case strings.HasPrefix(q[k:], "/*"):
+			k = commentEnd(q, k)
+		default:
+			return k
 		}
-		tag := q[k : k+t+2]
+	}
+	return k
+}
+
+// commentEnd is where the /* comment at k ends (comments nest).
+func commentEnd(q string, k int) int {
+	depth := 0
+	for k < len(q) {
+		switch {
+		case strings.HasPrefix(q[k:], "/*"):
+			depth++
+			k += 2
+		case strings.HasPrefix(q[k:], "*/"):
+			depth--
+			k += 2
+			if depth == 0 {
+				return k
+			}
+		default:
+			k++
+		}
+	}
+	return len(q)
+}
+
+// literal finds the string literal that starts at k in q: it returns where
+// its content starts (after the opening quote or tag) and where the literal
+// ends (after its closing quote or tag, or the end of q), and whether a
+// backslash escapes in it (E'…'). start == end when none.
+func literal(q string, k int) (start, end int, backslashes bool) {
+	prefix := 0
+	switch {
+	case k+1 < len(q) && (q[k] == 'e' || q[k] == 'E') && q[k+1] == '\'':
+		return k + 2, quotedEnd(q, k+2, true), true
+	case k+2 < len(q) && (q[k] == 'u' || q[k] == 'U') && q[k+1] == '&' && q[k+2] == '\'':
+		prefix = 2
+	case k+1 < len(q) && (q[k] == 'n' || q[k] == 'N') && q[k+1] == '\'':
+		prefix = 1
+	case k < len(q) && q[k] == '$':
+		tag, ok := dollarTag(q, k)
+		if !ok {
+			return k, k, false
+		}
 		c := strings.Index(q[k+len(tag):], tag)
 		if c < 0 {
-			return k + len(tag), len(q)
+			return k + len(tag), len(q), false
 		}
-		return k + len(tag), k + len(tag) + c + len(tag)
+		return k + len(tag), k + len(tag) + c + len(tag), false
 	}
-	return k, k
+	if k+prefix < len(q) && q[k+prefix] == '\'' {
+		return k + prefix + 1, quotedEnd(q, k+prefix+1, false), false
+	}
+	return k, k, false
+}
+
+// dollarTag reads the $tag$ that opens a dollar-quoted literal at k: the
+// tag is empty or an identifier that does not start with a digit.
+func dollarTag(q string, k int) (string, bool) {
+	t := strings.IndexByte(q[k+1:], '$')
+	if t < 0 {
+		return "", false
+	}
+	tag := q[k+1 : k+1+t]
+	for n, c := range []byte(tag) {
+		if !(isWordByte(c) || c >= 0x80) || n == 0 && c >= '0' && c <= '9' {
+			return "", false
+		}
+	}
+	return q[k : k+t+2], true
+}
+
+// maskLiteralDSNs masks the passwords of connection strings inside the
+// string literals of q: each literal is read with its quotes unescaped
+// (” and, in E'…', \' and \\), as the function that receives it reads it,
+// and written back escaped when RedactDSN changed it. Comments, quoted
+// identifiers and dollar-quoted bodies are passed over (RedactDSN reads
+// them as they stand).
+func maskLiteralDSNs(q string) string {
+	var b strings.Builder
+	i := 0
+	for k := 0; k < len(q); {
+		switch c := q[k]; {
+		case strings.HasPrefix(q[k:], "--"):
+			if e := strings.IndexByte(q[k:], '\n'); e >= 0 {
+				k += e + 1
+			} else {
+				k = len(q)
+			}
+		case strings.HasPrefix(q[k:], "/*"):
+			k = commentEnd(q, k)
+		case c == '"':
+			if e := strings.IndexByte(q[k+1:], '"'); e >= 0 {
+				k += e + 2
+			} else {
+				k = len(q)
+			}
+		case c == '$' && (k == 0 || !isWordByte(q[k-1])):
+			_, end, _ := literal(q, k)
+			k = max(end, k+1)
+		case c == '\'':
+			backslashes := k > 0 && (q[k-1] == 'e' || q[k-1] == 'E') && (k == 1 || !isWordByte(q[k-2]))
+			end, closed := quotedClose(q, k+1, backslashes)
+			body := q[k+1 : end]
+			if closed {
+				body = q[k+1 : end-1]
+			}
+			text := unquote(body, backslashes)
+			if red := RedactDSN(text); red != text {
+				b.WriteString(q[i : k+1])
+				b.WriteString(requote(red, backslashes))
+				if closed {
+					b.WriteByte('\'')
+				}
+				i = end
+			}
+			k = end
+		default:
+			k++
+		}
+	}
+	b.WriteString(q[i:])
+	return b.String()
+}
+
+// unquote is the value of a quoted literal's body.
+func unquote(body string, backslashes bool) string {
+	if backslashes {
+		body = strings.NewReplacer(`\\`, `\`, `\'`, `'`).Replace(body)
+	}
+	return strings.ReplaceAll(body, "''", "'")
+}
+
+// requote escapes a value back into a quoted literal's body.
+func requote(v string, backslashes bool) string {
+	if backslashes {
+		v = strings.ReplaceAll(v, `\`, `\\`)
+	}
+	return strings.ReplaceAll(v, "'", "''")
 }
 
 // quotedEnd is where a quoted literal whose content starts at i ends: after
 // the quote that closes it (a doubled quote is a quote inside; with
-// backslashes, an escaped one too).
+// backslashes, an escaped one too), or the end of q.
 func quotedEnd(q string, i int, backslashes bool) int {
+	end, _ := quotedClose(q, i, backslashes)
+	return end
+}
+
+// quotedClose is quotedEnd, and whether a quote closes the literal.
+func quotedClose(q string, i int, backslashes bool) (int, bool) {
 	for i < len(q) {
 		switch {
 		case backslashes && q[i] == '\\':
@@ -391,12 +593,12 @@ func quotedEnd(q string, i int, backslashes bool) int {
 		case q[i] == '\'' && i+1 < len(q) && q[i+1] == '\'':
 			i += 2
 		case q[i] == '\'':
-			return i + 1
+			return i + 1, true
 		default:
 			i++
 		}
 	}
-	return len(q)
+	return len(q), false
 }
 
 // closing is the closing quote or tag of the literal at k that ends at end,
@@ -406,8 +608,8 @@ func closing(q string, k, end int) string {
 		return ""
 	}
 	if q[k] == '$' {
-		t := strings.IndexByte(q[k+1:], '$')
-		return q[k : k+t+2]
+		tag, _ := dollarTag(q, k)
+		return tag
 	}
 	return "'"
 }

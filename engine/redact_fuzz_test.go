@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -67,6 +68,62 @@ func FuzzPasswordNeverPrinted(f *testing.F) {
 			for j, o := range got {
 				if strings.Contains(o, pw) && (j >= len(alt) || !strings.Contains(alt[j], pw)) {
 					t.Fatalf("%q: the password %q is in %q", dsn, pw, o)
+				}
+			}
+		}
+	})
+}
+
+// FuzzMaskQuery puts a password into the statements that carry one (ROLE
+// PASSWORD literals of every quoting, connection strings inside literals)
+// after any text, and checks that MaskQuery leaves none of it, never
+// panics and keeps valid UTF-8 valid.
+func FuzzMaskQuery(f *testing.F) {
+	for _, s := range [][2]string{
+		{"Ab/Cd+Ef=", "SELECT 1"},
+		{"it's q", "/* don't */"},
+		{`back\slash`, "$$"},
+		{"$pw$x$pw$", "'"},
+		{"p@ss:w%rd/x", "E'"},
+		{"héllo wörld", "-- c"},
+		{"a''b\\'c", `"id"`},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, pw, before string) {
+		out := MaskQuery(before)
+		if utf8.ValidString(before) && !utf8.ValidString(out) {
+			t.Fatalf("MaskQuery(%q) = %q: not UTF-8", before, out)
+		}
+		if len(pw) < 6 || strings.ContainsAny(pw, "\x00\n\r") || strings.TrimSpace(pw) != pw {
+			return
+		}
+		statementsFor := func(pw string) []string {
+			sql := strings.ReplaceAll(pw, "'", "''")
+			esql := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(pw)
+			kv := strings.ReplaceAll(strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(pw), "'", "''")
+			out := []string{
+				"ALTER ROLE app PASSWORD '" + sql + "'",
+				"ALTER ROLE app PASSWORD'" + sql + "' LOGIN",
+				"CREATE USER app WITH ENCRYPTED PASSWORD E'" + esql + "'",
+				"ALTER ROLE app PASSWORD /* c */ U&'" + sql + "'",
+				"ALTER ROLE app PASSWORD -- c\n'" + sql,
+				"SELECT dblink_connect('host=127.0.0.1 password=''" + kv + "'' dbname=app')",
+				"SELECT dblink('postgresql://bob:" + url.PathEscape(pw) + "@127.0.0.1/app', 'select 1')",
+				"SELECT dblink('postgresql://bob@127.0.0.1/app?password=" + url.QueryEscape(pw) + "', 'select 1')",
+			}
+			if !strings.Contains(pw, "$q$") && !strings.HasSuffix(pw, "$q") {
+				out = append(out, "ALTER ROLE app PASSWORD $q$"+pw+"$q$")
+			}
+			return out
+		}
+		other := statementsFor("QzQzQzQzQz")
+		for i, stmt := range statementsFor(pw) {
+			for _, sep := range []string{"\n", "; "} {
+				got := MaskQuery(before + sep + stmt)
+				alt := MaskQuery(before + sep + other[i])
+				if strings.Contains(got, pw) && !strings.Contains(alt, pw) {
+					t.Fatalf("MaskQuery(%q) = %q: the password %q is left", before+sep+stmt, got, pw)
 				}
 			}
 		}

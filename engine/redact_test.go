@@ -114,6 +114,22 @@ func TestMaskQuery(t *testing.T) {
 		{`SELECT * FROM dblink('postgres://u:url-s3cret@db/x', 'select 1')`, "url-s3cret", "select 1"},
 		{`UPDATE resource_pool SET holder = 'password' WHERE id = 1`, "", "holder = 'password' WHERE id = 1"},
 		{`ALTER ROLE app PASSWORD NULL`, "", "PASSWORD NULL"},
+		// No space, or comments, between the keyword and the literal; the
+		// U&'…' and N'…' forms; a literal continued on the next line.
+		{`ALTER ROLE app PASSWORD'n0space-s3cret'`, "n0space-s3cret", "ALTER ROLE app PASSWORD'"},
+		{`ALTER ROLE app PASSWORD /* c */ 'comm3nt-s3cret' LOGIN`, "comm3nt-s3cret", "LOGIN"},
+		{"ALTER ROLE app PASSWORD -- why\n'l1ne-s3cret'", "l1ne-s3cret", "-- why"},
+		{`ALTER ROLE app PASSWORD U&'un1code-s3cret' UESCAPE '!'`, "un1code-s3cret", "UESCAPE '!'"},
+		{`ALTER ROLE app PASSWORD N'nat10nal-s3cret'`, "nat10nal-s3cret", "ALTER ROLE app"},
+		{"ALTER ROLE app PASSWORD 'part1-s3cret'\n  'part2-s3cret' LOGIN", "-s3cret", "LOGIN"},
+		{`ALTER ROLE "password" PASSWORD 'qu0ted-s3cret'`, "qu0ted-s3cret", `ALTER ROLE "password"`},
+		// A connection string inside a literal, its quotes doubled or
+		// backslash-escaped as SQL wants them.
+		{`SELECT dblink_connect('c', 'host=127.0.0.1 password = ''dbl-s3cret'' dbname=x')`, "dbl-s3cret", "dbname=x')"},
+		{`SELECT dblink_connect(E'host=127.0.0.1 password=\'dbl4-s3cret\' dbname=x')`, "dbl4-s3cret", "dbname=x')"},
+		{`CREATE SUBSCRIPTION s CONNECTION 'host=127.0.0.1 password=sub-s3cret' PUBLICATION p`, "sub-s3cret", "PUBLICATION p"},
+		{`SELECT dblink('postgresql://bob@127.0.0.1/app?password=urlq-s3cret', 'select 1')`, "urlq-s3cret", "'select 1')"},
+		{`SELECT 'don''t', $1, $$ password=d0llar-s3cret $$`, "d0llar-s3cret", "'don''t', $1"},
 	} {
 		got := MaskQuery(c.in)
 		if c.secret != "" && strings.Contains(got, c.secret) || !strings.Contains(got, c.keep) {
