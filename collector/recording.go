@@ -10,6 +10,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/pooltop-dev/pooltop/engine"
 )
 
 // RecordingFormat is the version of the recording format this pooltop
@@ -192,6 +194,16 @@ func ScanRecording(r io.Reader, name string, header func(RecordingHeader), snaps
 			continue
 		}
 		seen++
+		// A recording made by an older pooltop, or written by hand, may
+		// carry query texts as they were: they reach the screen and the
+		// output only masked.
+		if maskQueries(&s) {
+			masked, err := json.Marshal(s)
+			if err != nil {
+				return fmt.Errorf("%s line %d: %w", name, n, err)
+			}
+			line = masked
+		}
 		if err := snapshot(s, line); err != nil {
 			return err
 		}
@@ -203,4 +215,21 @@ func ScanRecording(r io.Reader, name string, header func(RecordingHeader), snaps
 		return bad // nothing but that line: not a recording at all
 	}
 	return nil
+}
+
+// maskQueries masks the query texts of s's sessions with engine.MaskQuery,
+// as the collector does when it reads them; it says whether one changed.
+func maskQueries(s *Snapshot) bool {
+	changed := false
+	for i := range s.Waiters {
+		if m := engine.MaskQuery(s.Waiters[i].Query); m != s.Waiters[i].Query {
+			s.Waiters[i].Query, changed = m, true
+		}
+	}
+	for i := range s.Blockers {
+		if m := engine.MaskQuery(s.Blockers[i].Query); m != s.Blockers[i].Query {
+			s.Blockers[i].Query, changed = m, true
+		}
+	}
+	return changed
 }

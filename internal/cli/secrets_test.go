@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -41,5 +43,24 @@ func TestCommandsNeverPrintAURLPassword(t *testing.T) {
 			}
 			check("DATABASE_URL", pooltop(t, env...))
 		}
+	}
+}
+
+// replay prints a recording's query texts masked, whoever wrote it.
+func TestReplayMasksQueryPasswords(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "hostile.ndjson")
+	rec := `{"time":"2026-01-02T03:04:06Z","waiters":[{"pid":7,"query":"CREATE USER app WITH ENCRYPTED PASSWORD E'hunter2\\'s3cret'"}],"blockers":[{"pid":8,"query":"SELECT dblink_connect('host=127.0.0.1 password=''dbl1nk-s3cret''')","blocks":[7]}]}` + "\n"
+	if err := os.WriteFile(file, []byte(rec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"replay", file, "--headless", "--json"}, {"replay", file, "--headless"}} {
+		r := pooltop(t, args...).must(t)
+		if strings.Contains(r.stdout+r.stderr, "s3cret") {
+			t.Fatalf("%v printed a password: %s", args, r.stdout)
+		}
+	}
+	r := pooltop(t, "replay", file, "--headless", "--json").must(t)
+	if !strings.Contains(r.stdout, "dblink_connect") || !strings.Contains(r.stdout, "ENCRYPTED PASSWORD") {
+		t.Fatalf("replay --json lost the queries: %s", r.stdout)
 	}
 }
