@@ -1,6 +1,7 @@
 package bytesize
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -8,11 +9,12 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// FuzzSizeAndDurationFlags: --record-max and the duration flags reject
-// garbage and overflow with an error, never panic, and what they accept
-// is a size or duration that prints back to the same value.
+// FuzzSizeAndDurationFlags: --record-max, the duration flags and the
+// count flags (--pool-size, --count: pflag's int) reject garbage and
+// overflow with an error, never panic, and what they accept is a value
+// that prints back to the same value.
 func FuzzSizeAndDurationFlags(f *testing.F) {
-	for _, s := range []string{"64MiB", "500KiB", "1GiB", "4096", "1e9", "-1MiB", "9223372036854775807GiB", "  2 mb ", "MiB", "", "1.5MiB", "0x10", "30s", "1h2m3s", "-5s", "9999999999h", "1ns"} {
+	for _, s := range []string{"64MiB", "500KiB", "1GiB", "4096", "1e9", "-1MiB", "9223372036854775807GiB", "  2 mb ", "MiB", "", "1.5MiB", "0x10", "30s", "1h2m3s", "-5s", "9999999999h", "1ns", "300000", "-1", "0x10", "1_000", "9223372036854775808", "1e6"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -36,6 +38,17 @@ func FuzzSizeAndDurationFlags(f *testing.F) {
 		d, perr := time.ParseDuration(s)
 		if err := fs.Set("d", s); (err == nil) != (perr == nil) || err == nil && got != d {
 			t.Fatalf("duration %q: flag %v (%v), time.ParseDuration %v (%v)", s, got, err, d, perr)
+		}
+		// Count flags are pflag's int: what it accepts is an int64 that
+		// strconv reads the same, what overflows is an error (the commands
+		// then check their own range).
+		var n int
+		fs.IntVar(&n, "n", 0, "")
+		want, nerr := strconv.ParseInt(s, 0, 64)
+		if err := fs.Set("n", s); (err == nil) != (nerr == nil) || err == nil && int64(n) != want {
+			t.Fatalf("count %q: flag %d (%v), strconv %d (%v)", s, n, err, want, nerr)
+		} else if err == nil && strconv.Itoa(n) != strconv.FormatInt(want, 10) {
+			t.Fatalf("count %q read as %d", s, n)
 		}
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgbench"
 	"github.com/pooltop-dev/pooltop/workload"
 )
@@ -93,6 +94,9 @@ func (o *benchOptions) validate(g *globals) error {
 		// Go's timers sleep at least about a millisecond here: a shorter
 		// delay would be a millisecond anyway, under another name.
 		return usageError{fmt.Errorf("--rtt %v: 0, or between 1ms and 1s (e.g. 1ms, 2ms)", o.rtt)}
+	}
+	if o.poolSize < 1 || o.poolSize > engine.MaxSeed {
+		return usageError{fmt.Errorf("--pool-size %d: between 1 and %d", o.poolSize, engine.MaxSeed)}
 	}
 	if err := checkScratch(g.schema, "bench"); err != nil {
 		return err

@@ -84,6 +84,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"work bad heartbeat", work, watched, []string{"--heartbeat", "1ms"}, "--heartbeat"},
 		{"work negative duration", work, watched, []string{"--duration", "-1s"}, "--duration"},
 		{"work empty name", work, watched, []string{"--name", ""}, "--name"},
+		{"bench empty pool", bench, benchDB, []string{"--pool-size", "0"}, "--pool-size"},
+		{"bench pool too large", bench, benchDB, []string{"--pool-size", "99999999999999"}, "--pool-size"},
 		{"chaos negative pool", chaos, chaosDB, []string{"--pool-size", "-1"}, "--pool-size"},
 		{"chaos pool too large", chaos, chaosDB, []string{"--pool-size", "999999999999"}, "--pool-size"},
 		{"chaos negative workers", chaos, chaosDB, []string{"--workers", "-5"}, "workers"},
