@@ -102,7 +102,7 @@ func redactQueryPasswords(s string) string {
 // in single quotes (backslash escapes a quote or backslash; unterminated, it
 // runs to the end) or a run of characters up to unescaped white space.
 func redactKV(s string) string {
-	lower := strings.ToLower(s)
+	lower := asciiLower(s)
 	var b strings.Builder
 	i := 0
 	for i < len(s) {
@@ -255,7 +255,7 @@ func passwordIn(dsn string) string {
 		}
 		return ""
 	}
-	lower := strings.ToLower(dsn)
+	lower := asciiLower(dsn)
 	for i := 0; ; {
 		j := nextKey(lower, i)
 		if j < 0 {
@@ -324,7 +324,7 @@ func MaskQuery(q string) string {
 // a SQL literal quotes it (”…” or \'…\'), where the literals of q could
 // not be told apart (a comment or a quote cut short before them).
 func maskQuotedKV(s string) string {
-	lower := strings.ToLower(s)
+	lower := asciiLower(s)
 	var b strings.Builder
 	i := 0
 	for i < len(s) {
@@ -372,7 +372,7 @@ func maskQuotedKV(s string) string {
 }
 
 func maskPasswordLiterals(q string) string {
-	lower := strings.ToLower(q)
+	lower := asciiLower(q)
 	var b strings.Builder
 	i := 0
 	for {
@@ -612,4 +612,18 @@ func closing(q string, k, end int) string {
 		return tag
 	}
 	return "'"
+}
+
+// asciiLower lowers the ASCII letters of s and nothing else, so that an
+// index into it is an index into s: strings.ToLower changes the length of
+// invalid UTF-8 (to U+FFFD) and of some letters (the Kelvin sign, İ), and
+// the keywords looked for are ASCII.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }

@@ -137,3 +137,26 @@ func TestMaskQuery(t *testing.T) {
 		}
 	}
 }
+
+// A letter whose lower case is longer or shorter (the Kelvin sign, İ), or
+// a byte that is not UTF-8, before the keyword does not shift where the
+// password is looked for.
+func TestMaskAfterLettersThatChangeLength(t *testing.T) {
+	for _, before := range []string{"\u212a", "\u0130", "\xff", "\u212a\u212a\u212a\u212a"} {
+		for _, c := range []struct{ in, secret string }{
+			{before + " ALTER ROLE app PASSWORD 'shift-s3cret'", "shift-s3cret"},
+			{before + " host=127.0.0.1 password=shift-s3cret", "shift-s3cret"},
+		} {
+			if got := MaskQuery(c.in); strings.Contains(got, c.secret) {
+				t.Errorf("MaskQuery(%q) = %q", c.in, got)
+			}
+			if got := RedactDSN(c.in); strings.HasPrefix(c.in, before+" host") && strings.Contains(got, c.secret) {
+				t.Errorf("RedactDSN(%q) = %q", c.in, got)
+			}
+		}
+		dsn := "application_name=" + before + " host=127.0.0.1 password=shift-s3cret"
+		if pw := passwordIn(dsn); pw != "shift-s3cret" {
+			t.Errorf("passwordIn(%q) = %q", dsn, pw)
+		}
+	}
+}

@@ -64,3 +64,15 @@ func TestReplayMasksQueryPasswords(t *testing.T) {
 		t.Fatalf("replay --json lost the queries: %s", r.stdout)
 	}
 }
+
+// A letter whose lower case has another length (the Kelvin sign) before
+// the password of a key=value string does not shift where it is masked.
+func TestCommandsMaskAPasswordAfterTheKelvinSign(t *testing.T) {
+	dsn := "application_name=\u212a\u212a\u212a\u212a\u212a\u212a host=127.0.0.1 port=bad user=bob password=Kelv1nS3cret"
+	for _, args := range [][]string{{"migrate", "--dsn", dsn}, {"watch", "--dsn", dsn, "--headless", "--count", "1"}, {"verify", "--dsn", dsn}} {
+		r := pooltop(t, args...)
+		if r.code == 0 || strings.Contains(r.stdout+r.stderr, "S3cret") {
+			t.Errorf("%s: exit %d, printed %s%s", args[0], r.code, r.stdout, r.stderr)
+		}
+	}
+}
