@@ -61,9 +61,34 @@ func redactURLs(text string) string {
 // whose first @ comes before its first colon has a user and no password.
 // It returns the colon's and the @'s positions, or -1, -1.
 func urlPassword(rest string) (colon, at int) {
+	line := rest
 	if end := strings.IndexByte(rest, '\n'); end >= 0 {
-		rest = rest[:end]
+		line = rest[:end]
 	}
+	colon, at = urlPasswordIn(line)
+	// A line with a user and colon but no @ is a password with a line
+	// break in it, unless what follows the colon is a port.
+	if at < 0 && len(line) < len(rest) && !strings.Contains(line, "@") {
+		if c := strings.IndexByte(line, ':'); c >= 0 && !isPort(line[c+1:]) {
+			return urlPasswordIn(rest)
+		}
+	}
+	return colon, at
+}
+
+// isPort says whether s starts with a port: digits, then the end or a
+// character that ends the host part.
+func isPort(s string) bool {
+	n := 0
+	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+		n++
+	}
+	return n > 0 && (n == len(s) || strings.IndexByte("/?#,; \t\r", s[n]) >= 0)
+}
+
+// urlPasswordIn is urlPassword over the whole of rest, for a connection
+// string on its own, whose password may hold a line break.
+func urlPasswordIn(rest string) (colon, at int) {
 	// The last @ on the line: a password with a raw space is no valid URL,
 	// but it is still a password. In a longer text that masks more than the
 	// password when an @ follows the URL, never less.
@@ -212,7 +237,7 @@ func ParseError(dsn, from string, err error) error {
 		}
 		return fmt.Errorf("the PG* variables do not make a connection (%s): %s: fix or unset them, or pass --dsn", strings.Join(set, " "), reason)
 	}
-	return fmt.Errorf("parse %s: %s: give a URL such as postgres://user@host:5432/db or key=value pairs (%s)", from, reason, RedactDSN(dsn))
+	return fmt.Errorf("parse %s: %s: give a URL such as postgres://user@host:5432/db or key=value pairs (%s)", from, reason, Redact(RedactDSN(dsn), passwordIn(dsn)))
 }
 
 // maskPieces masks every quoted token of a parser's message that is a piece
@@ -250,7 +275,7 @@ func maskPieces(reason, password string) string {
 func passwordIn(dsn string) string {
 	if i := strings.Index(dsn, "://"); i >= 0 {
 		rest := dsn[i+3:]
-		if colon, at := urlPassword(rest); at >= 0 {
+		if colon, at := urlPasswordIn(rest); at >= 0 {
 			return rest[colon+1 : at]
 		}
 		return ""

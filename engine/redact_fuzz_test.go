@@ -19,11 +19,11 @@ var plainName = regexp.MustCompile(`^[A-Za-z0-9_]{1,20}$`)
 // checks that no line pooltop builds from them (ParseError on a failure,
 // ConnectError, RedactDSN) holds the password.
 func FuzzPasswordNeverPrinted(f *testing.F) {
-	for _, pw := range []string{"Ab/Cd+Ef=", "p@ss:w%rd/x", "a?b#c:d", "it's q", `back\slash`, "%zz%", "s p a c e", "::::@@@@", "héllo wörld"} {
+	for _, pw := range []string{"Ab/Cd+Ef=", "p@ss:w%rd/x", "a?b#c:d", "it's q", `back\slash`, "%zz%", "s p a c e", "::::@@@@", "héllo wörld", "line\nbreak", "cr\r@lf/x"} {
 		f.Add(pw, "app")
 	}
 	f.Fuzz(func(t *testing.T, pw, db string) {
-		if len(pw) < 6 || strings.ContainsAny(pw, "\x00\n\r") || strings.TrimSpace(pw) != pw || strings.Contains(db, "\x00") {
+		if len(pw) < 6 || strings.Contains(pw, "\x00") || strings.TrimSpace(pw) != pw || strings.Contains(db, "\x00") {
 			return // short passwords are masked only where they stand alone
 		}
 		// A password that is a piece of the fixed text of a message cannot

@@ -32,6 +32,10 @@ func TestRedactDSN(t *testing.T) {
 		{`(postgresql://bob:p@ss:w%rd/x@127.0.0.1:5432/app)`, []string{"p@ss", "w%rd", "rd/x"}, []string{"bob", "127.0.0.1:5432/app)"}},
 		{`postgres://bob:a?b#c:d@127.0.0.1/db`, []string{"a?b", "b#c", "c:d"}, []string{"127.0.0.1/db"}},
 		{`postgres://bob@127.0.0.1:5432/db?application_name=a@b`, nil, []string{"bob@127.0.0.1:5432/db"}},
+		// A line break in a URL password; a port before one is no password.
+		{"postgresql://bob:head\nTAIL@127.0.0.1:5432/app", []string{"head", "TAIL"}, []string{"bob:", "127.0.0.1:5432/app"}},
+		{"postgresql://bob@127.0.0.1:5432/app\nmail carol@example", nil, []string{"127.0.0.1:5432/app", "carol@example"}},
+		{"postgresql://127.0.0.1:5432\nmail carol@example", nil, []string{"127.0.0.1:5432", "carol@example"}},
 	}
 	for _, c := range cases {
 		out := RedactDSN(c.in)
@@ -70,6 +74,8 @@ func TestParseErrorNeverEchoesThePassword(t *testing.T) {
 		`postgresql://alice:head@:TAIL/x@127.0.0.1:5432/app`,
 		`postgresql://alice:head%TAIL/x@127.0.0.1:5432/app`,
 		`postgresql://alice:head%zzTAIL@127.0.0.1:5432/app`,
+		"postgresql://alice:head\nTAIL@127.0.0.1:bad/app",
+		"postgresql://alice:head\r\nTAIL/x@127.0.0.1:5432/app",
 	} {
 		_, perr := pgx.ParseConfig(dsn)
 		if perr == nil {

@@ -76,3 +76,15 @@ func TestCommandsMaskAPasswordAfterTheKelvinSign(t *testing.T) {
 		}
 	}
 }
+
+// A URL password with a line break, in a URL that does not parse, is not
+// printed on the parse error.
+func TestCommandsMaskAURLPasswordWithALineBreak(t *testing.T) {
+	dsn := "postgresql://bob:Lineqz\nBreakqz@127.0.0.1:bad/app"
+	for _, args := range [][]string{{"migrate", "--dsn", dsn}, {"watch", "--dsn", dsn, "--headless", "--count", "1"}, {"verify", "--dsn", dsn}} {
+		r := pooltop(t, args...)
+		if r.code == 0 || strings.Contains(r.stdout+r.stderr, "Lineqz") || strings.Contains(r.stdout+r.stderr, "Breakqz") {
+			t.Errorf("%s: exit %d, printed %s%s", args[0], r.code, r.stdout, r.stderr)
+		}
+	}
+}
