@@ -1,10 +1,16 @@
 package cli
 
 import (
+	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
 )
 
 // A URL password with a raw /, @, : or % makes the URL unparseable, or
@@ -87,4 +93,86 @@ func TestCommandsMaskAURLPasswordWithALineBreak(t *testing.T) {
 			t.Errorf("%s: exit %d, printed %s%s", args[0], r.code, r.stdout, r.stderr)
 		}
 	}
+}
+
+// The passwords in the query texts of the sessions on the pool (PASSWORD
+// literals with no space before them, or as N'…') are masked wherever
+// watch shows them: the --json lines, the recording, and the dashboard.
+func TestWatchMasksPasswordsInQueries(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Fatal("tmux is needed for the dashboard part (apt-get install tmux; .ci/run installs it)")
+	}
+	db := migrated(t, 20)
+	schema := db[3]
+	ctx := context.Background()
+	// The blocker's last query and the waiter's carry a password each.
+	holder := pgtest.PeerTx(t, ctx, schema)
+	if _, err := holder.Exec(ctx, "/* ALTER ROLE app PASSWORD'Bl0ckerS3cret' */ UPDATE resource_pool SET updated_at = now() WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	waiter := pgtest.Conn(t, schema)
+	var waiterPID int32
+	if err := waiter.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&waiterPID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Exec(ctx, "UPDATE resource_pool SET updated_at = now() WHERE id = 1 /* ALTER ROLE app PASSWORD N'Wa1terS3cret' */")
+		done <- err
+	}()
+	// Runs before the connections close: the waiter is done with its
+	// connection by then.
+	t.Cleanup(func() {
+		_ = holder.Rollback(ctx)
+		<-done
+	})
+	probe := pgtest.Conn(t, schema)
+	pgtest.Eventually(t, "the session waiting on the lock", 30*time.Second, func() bool {
+		var n int
+		if err := probe.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted", waiterPID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+	secrets := []string{"Bl0ckerS3cret", "Wa1terS3cret"}
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "watch.ndjson")
+	r := pooltop(t, append([]string{"watch", "--headless", "--json", "--count", "2", "--interval", "250ms", "--record", file}, db...)...).must(t)
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets {
+		if strings.Contains(r.stdout+r.stderr, s) || strings.Contains(string(raw), s) {
+			t.Fatalf("%s is in the output or the recording:\n%s", s, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stdout, "PASSWORD'xxxxx'") || !strings.Contains(r.stdout, "PASSWORD N'xxxxx'") {
+		t.Fatalf("the queries are not in the output:\n%s", r.stdout)
+	}
+
+	// The dashboard: the blocker's line shows its query, masked.
+	tr := &tmuxRun{t: t, session: fmt.Sprintf("pooltop-mask-%d", os.Getpid()), dir: dir}
+	tr.tmux("new-session", "-d", "-s", tr.session, "-x", "250", "-y", "50",
+		fmt.Sprintf("%s watch %s 2>%s/stderr; echo $? > %s/exit", binary(t), strings.Join(quoteAll(db), " "), dir, dir))
+	t.Cleanup(func() { _ = exec.Command("tmux", "kill-session", "-t", tr.session).Run() })
+	screen := tr.waitFor("/* ALTER ROLE app PASSWORD'xxxxx' */ UPDATE", 30*time.Second)
+	for _, s := range secrets {
+		if strings.Contains(screen, s) {
+			t.Fatalf("%s is on the dashboard:\n%s", s, screen)
+		}
+	}
+	tr.press("q")
+	tr.exited(10 * time.Second)
+}
+
+// quoteAll quotes each argument for a shell.
+func quoteAll(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return out
 }
