@@ -50,7 +50,8 @@ func FuzzScanRecording(f *testing.F) {
 }
 
 // FuzzTableNames: whatever --table and --schema accept is a plain
-// identifier that reads back the same once quoted, and nothing panics.
+// identifier that quotes as itself and reads back the same once written
+// out, and nothing panics.
 func FuzzTableNames(f *testing.F) {
 	for _, s := range []string{"public.resource_pool", "resource_pool", "s.t", `"x".y`, "a.b.c", "pg_catalog.pg_class", "x;drop table y", "ü.t", "a$b.c", strings.Repeat("a", 70), ".", "a.", ".b", "A.B"} {
 		f.Add(s)
@@ -70,10 +71,17 @@ func FuzzTableNames(f *testing.F) {
 			if !strings.Contains(s, ".") && schema != "public" {
 				t.Fatalf("ParseTable(%q) put a bare table in %q", s, schema)
 			}
+			// What was accepted reads back the same once written out.
+			if s2, t2, err := collector.ParseTable(schema + "." + table); err != nil || s2 != schema || t2 != table {
+				t.Fatalf("ParseTable(%q) = %q, %q; written back, read as %q, %q (%v)", s, schema, table, s2, t2, err)
+			}
 		}
 		if engine.ValidSchema(s) == nil {
-			if s == "" || len(s) > 63 || strings.ContainsAny(s, "\"'.; \x00") || strings.HasPrefix(strings.ToLower(s), "pg_") {
+			if s == "" || len(s) > 63 || strings.ContainsAny(s, "\"'.; \x00") || strings.HasPrefix(strings.ToLower(s), "pg_") || strings.EqualFold(s, "information_schema") {
 				t.Fatalf("ValidSchema accepted %q", s)
+			}
+			if q := (pgx.Identifier{s}).Sanitize(); q != `"`+s+`"` {
+				t.Fatalf("schema %q quotes as %s", s, q)
 			}
 		}
 	})
