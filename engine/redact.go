@@ -525,7 +525,7 @@ func dollarTag(q string, k int) (string, bool) {
 	}
 	tag := q[k+1 : k+1+t]
 	for n, c := range []byte(tag) {
-		if !(isWordByte(c) || c >= 0x80) || n == 0 && c >= '0' && c <= '9' {
+		if !isWordByte(c) && c < 0x80 || n == 0 && c >= '0' && c <= '9' {
 			return "", false
 		}
 	}
