@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pooltop-dev/pooltop/engine"
@@ -431,17 +432,60 @@ WHERE w.name = $1 AND r.status = 'PENDING' AND r.holder LIKE '%-' || w.run_id AN
 		}
 		return rows.Err()
 	}
-	_ = waitFor(ctx, 3*time.Second, func() bool { return read() == nil && len(held) > 0 })
-	if err := k.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		return 0, 0, nil // it has just exited: nothing to pause
+	// A statement the process sent just before the signal still runs on
+	// the server (a commit lands, a claim takes ids): settle waits until the
+	// work processes' statements running at the stop have ended.
+	type stmt struct {
+		pid   int32
+		start time.Time
 	}
-	t0 := time.Now()
-	k.stopped = t0
-	// Read again, frozen: what it holds now is what it wakes up believing
-	// it still holds.
-	if err := read(); err != nil {
-		_ = k.cmd.Process.Signal(syscall.SIGCONT)
-		return 0, 0, fmt.Errorf("pause: read the leases of %s: %w", k.name, err)
+	settle := func() {
+		var running []stmt
+		rows, err := c.Pool.Query(ctx, `SELECT pid, query_start FROM pg_stat_activity WHERE application_name = 'pooltop-work' AND state = 'active'`)
+		if err == nil {
+			running, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (stmt, error) {
+				var s stmt
+				return s, r.Scan(&s.pid, &s.start)
+			})
+		}
+		if err != nil || len(running) == 0 {
+			return
+		}
+		pids := make([]int32, len(running))
+		starts := make([]time.Time, len(running))
+		for i, s := range running {
+			pids[i], starts[i] = s.pid, s.start
+		}
+		_ = waitFor(ctx, 5*time.Second, func() bool {
+			var still int
+			err := c.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity a JOIN unnest($1::int[], $2::timestamptz[]) AS t(pid, start)
+ON a.pid = t.pid AND a.query_start = t.start AND a.state = 'active'`, pids, starts).Scan(&still)
+			return err == nil && still == 0
+		})
+	}
+	// Frozen with no lease left (it was committing them), it would wake
+	// with nothing to be fenced: resume it and try again, a few times.
+	var t0 time.Time
+	for attempt := 0; ; attempt++ {
+		_ = waitFor(ctx, 3*time.Second, func() bool { return read() == nil && len(held) > 0 })
+		if err := k.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			return 0, 0, nil // it has just exited: nothing to pause
+		}
+		t0 = time.Now()
+		k.stopped = t0
+		settle()
+		// Read again, frozen: what it holds now is what it wakes up
+		// believing it still holds.
+		if err := read(); err != nil {
+			_ = k.cmd.Process.Signal(syscall.SIGCONT)
+			return 0, 0, fmt.Errorf("pause: read the leases of %s: %w", k.name, err)
+		}
+		if len(held) > 0 || attempt == 4 {
+			break
+		}
+		if err := k.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			return 0, 0, nil
+		}
 	}
 	ids := make([]int64, len(held))
 	tokens := make([]int64, len(held))
