@@ -40,7 +40,13 @@ func redactURLs(text string) string {
 		}
 		b.WriteString(text[:i+3])
 		rest := text[i+3:]
-		if colon, at := urlPassword(rest); at >= 0 {
+		colon, at := urlPassword(rest)
+		if b.Len() == i+3 && isScheme(text[:i]) {
+			// The text is one connection string: its password runs from
+			// the first colon to its last @, line breaks and all.
+			colon, at = urlPasswordIn(rest)
+		}
+		if at >= 0 {
 			b.WriteString(rest[:colon+1] + mask)
 			rest = rest[at:]
 		}
@@ -65,6 +71,24 @@ func urlPassword(rest string) (colon, at int) {
 	if end := strings.IndexByte(rest, '\n'); end >= 0 {
 		line = rest[:end]
 	}
+	// A password with a line break, the lines before it looking like a
+	// whole authority ("bob:@000" then "0@host"): while the authority has
+	// not reached a path and a later line holds an @, the lines up to it
+	// belong to the password (as on one line, the last @ ends it).
+	// A line with no @ yet is a password broken before its @, whatever
+	// follows the colon: a host and port followed by a line with an @ in
+	// it is masked too, since the two cannot be told apart.
+	for len(line) < len(rest) && (!strings.Contains(line, "@") || !strings.ContainsAny(line[strings.LastIndex(line, "@")+1:], "/?#")) {
+		next := rest[len(line)+1:]
+		at := strings.IndexByte(next, '@')
+		if at < 0 || strings.Contains(next[:at], "://") {
+			break
+		}
+		if end := strings.IndexByte(next[at:], '\n'); end >= 0 {
+			next = next[:at+end]
+		}
+		line = rest[:len(line)+1+len(next)]
+	}
 	colon, at = urlPasswordIn(line)
 	// A line with a user and colon but no @ is a password with a line
 	// break in it, unless what follows the colon is a port.
@@ -74,6 +98,11 @@ func urlPassword(rest string) (colon, at int) {
 		}
 	}
 	return colon, at
+}
+
+// isScheme says whether s is a URL scheme pgx takes.
+func isScheme(s string) bool {
+	return s == "postgres" || s == "postgresql"
 }
 
 // isPort says whether s starts with a port: digits, then the end or a

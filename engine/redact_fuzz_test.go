@@ -63,9 +63,18 @@ func FuzzPasswordNeverPrinted(f *testing.F) {
 		// A leak is the password in a line where the same line made with
 		// another password does not hold it (then it is the line's own text).
 		other := dsnsFor("QzQzQzQzQz")
+		// Inside longer text, a URL whose password breaks its line after
+		// what reads as a whole URL ("bob:@h/x" then "y@host/db") cannot be
+		// told from a URL followed by text; the commands also mask the
+		// password they know, so only the DSN alone is checked then.
+		first, _, broken := strings.Cut(pw, "\n")
+		ambiguous := broken && strings.Contains(first, "@") && strings.ContainsAny(first[strings.LastIndex(first, "@"):], "/?#")
 		for i, dsn := range dsnsFor(pw) {
 			got, alt := outputs(dsn), outputs(other[i])
 			for j, o := range got {
+				if ambiguous && j == 1 {
+					continue
+				}
 				if strings.Contains(o, pw) && (j >= len(alt) || !strings.Contains(alt[j], pw)) {
 					t.Fatalf("%q: the password %q is in %q", dsn, pw, o)
 				}

@@ -32,10 +32,15 @@ func TestRedactDSN(t *testing.T) {
 		{`(postgresql://bob:p@ss:w%rd/x@127.0.0.1:5432/app)`, []string{"p@ss", "w%rd", "rd/x"}, []string{"bob", "127.0.0.1:5432/app)"}},
 		{`postgres://bob:a?b#c:d@127.0.0.1/db`, []string{"a?b", "b#c", "c:d"}, []string{"127.0.0.1/db"}},
 		{`postgres://bob@127.0.0.1:5432/db?application_name=a@b`, nil, []string{"bob@127.0.0.1:5432/db"}},
-		// A line break in a URL password; a port before one is no password.
+		// A line break in a URL password, before or after an @ or a #;
+		// after a URL with a path the next line is its own. Without a path
+		// a host:port and a broken password cannot be told apart: masked.
 		{"postgresql://bob:head\nTAIL@127.0.0.1:5432/app", []string{"head", "TAIL"}, []string{"bob:", "127.0.0.1:5432/app"}},
+		{"postgresql://bob:@000\n0@127.0.0.1:5432/app", []string{"@000", "0@127"}, []string{"bob:", "127.0.0.1:5432/app"}},
+		{"postgresql://bob:00#0\n0@127.0.0.1:5432/app", []string{"00#0"}, []string{"bob:", "127.0.0.1:5432/app"}},
+		{"postgresql://bob:5432\nTAIL@127.0.0.1/app", []string{"5432", "TAIL"}, []string{"bob:", "127.0.0.1/app"}},
 		{"postgresql://bob@127.0.0.1:5432/app\nmail carol@example", nil, []string{"127.0.0.1:5432/app", "carol@example"}},
-		{"postgresql://127.0.0.1:5432\nmail carol@example", nil, []string{"127.0.0.1:5432", "carol@example"}},
+		{"postgresql://127.0.0.1:5432\nmail carol@example", []string{"5432"}, []string{"127.0.0.1:", "example"}},
 	}
 	for _, c := range cases {
 		out := RedactDSN(c.in)
