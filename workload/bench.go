@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/servercost"
 )
 
 // BenchMode is one column of `pooltop bench`: a claim strategy, or the
@@ -47,12 +48,39 @@ type BenchResult struct {
 	Conflicts    int64   `json:"conflicts,omitempty"`
 	EmptyPool    int64   `json:"empty_pool,omitempty"`
 	RTTMS        float64 `json:"rtt_ms"` // simulated network round trip per exchange (bench --rtt); 0 on loopback as is
+
+	// Connections is how many server connections the side used.
+	Connections int `json:"connections,omitempty"`
+	// TwinOf names the strategy a pgbench row is the twin of; TwinRatio,
+	// on a pooltop row, is its cycles/s over its twin's.
+	TwinOf    string  `json:"twin_of,omitempty"`
+	TwinRatio float64 `json:"twin_ratio,omitempty"`
+	// Cost is what one cycle cost the server (and the client) in the
+	// measured window.
+	Cost *servercost.Cost `json:"cost,omitempty"`
+	// PoolSize is the ids the run's pool started with; Refilled the ids
+	// added after the warm-up so that the run could not empty it.
+	PoolSize int64 `json:"pool_size,omitempty"`
+	Refilled int64 `json:"refilled,omitempty"`
+	// Invalid says in words why the row is no figure (the pool ran dry).
+	Invalid string `json:"invalid,omitempty"`
+	Dry     bool   `json:"-"` // Invalid because the pool ran dry
+}
+
+// BenchWindow hooks into a run at the edges of its measured window.
+type BenchWindow struct {
+	// AfterWarmup gets the rate at which the warm-up claimed ids (0 with no
+	// warm-up) and whether it found the pool empty (then the rate is less
+	// than the strategy's), to size the pool before the window opens.
+	AfterWarmup func(ctx context.Context, acquiresPerS float64, ranDry bool) error
+	// Begin and End are called as the window opens and closes.
+	Begin, End func(ctx context.Context) error
 }
 
 // BenchRun measures one mode at one worker count: a full acquire → commit
 // cycle with no simulated work and no faults, after a warm-up whose figures
 // are discarded.
-func BenchRun(ctx context.Context, eng *engine.Engine, m BenchMode, workers int, warmup, d time.Duration) (BenchResult, error) {
+func BenchRun(ctx context.Context, eng *engine.Engine, m BenchMode, workers int, warmup, d time.Duration, w BenchWindow) (BenchResult, error) {
 	cfg := Defaults()
 	cfg.Workers, cfg.Task, cfg.Strategy, cfg.Batch, cfg.BatchCommit = workers, 0, m.Strategy, m.Batch, m.Batched
 	cfg.TTL, cfg.Renew, cfg.Reaper = time.Minute, false, false
@@ -62,8 +90,23 @@ func BenchRun(ctx context.Context, eng *engine.Engine, m BenchMode, workers int,
 	}
 	wl.Start(ctx)
 	defer wl.Stop()
+	warmStart := time.Now()
 	if err := sleepCtx(ctx, warmup); err != nil {
 		return BenchResult{}, err
+	}
+	if w.AfterWarmup != nil {
+		rate, s := 0.0, wl.Snapshot()
+		if warmup > 0 {
+			rate = float64(s.Acquired) / time.Since(warmStart).Seconds()
+		}
+		if err := w.AfterWarmup(ctx, rate, s.EmptyPool > 0); err != nil {
+			return BenchResult{}, err
+		}
+	}
+	if w.Begin != nil {
+		if err := w.Begin(ctx); err != nil {
+			return BenchResult{}, err
+		}
 	}
 	wl.Reset()
 	start := time.Now()
@@ -72,6 +115,11 @@ func BenchRun(ctx context.Context, eng *engine.Engine, m BenchMode, workers int,
 	}
 	s := wl.Snapshot()
 	el := time.Since(start).Seconds()
+	if w.End != nil {
+		if err := w.End(ctx); err != nil {
+			return BenchResult{}, err
+		}
+	}
 	var errs int64
 	for _, n := range s.Errors {
 		errs += n

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
+	"github.com/pooltop-dev/pooltop/internal/servercost"
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
@@ -125,10 +126,29 @@ func TestBenchCommand(t *testing.T) {
 	for _, x := range rs {
 		got[x.Strategy] = x
 	}
-	for _, s := range []string{"skip-locked", "blocking", "batched", "pgbench"} {
+	twins := map[string]workload.BenchResult{}
+	for _, x := range rs {
+		if x.TwinOf != "" {
+			twins[x.TwinOf] = x
+		}
+	}
+	for _, s := range []string{"skip-locked", "blocking", "batched"} {
 		x, ok := got[s]
 		if !ok || x.Workers != 2 || x.AcquiresPerS <= 0 || x.P99MS <= 0 || x.Errors != 0 {
 			t.Errorf("%s: %+v (present %v)", s, x, ok)
+		}
+		// Each strategy beside its pgbench twin, with the ratio, and what a
+		// cycle cost each side: WAL always, CPU from /proc (the server runs
+		// on this machine).
+		tw, ok := twins[s]
+		if !ok || tw.Strategy != "pgbench" || tw.CyclesPerS <= 0 || tw.Connections != 2 || x.Connections != 2 ||
+			x.TwinRatio != x.CyclesPerS/tw.CyclesPerS || tw.Invalid != "" {
+			t.Errorf("twin of %s: %+v, row %+v", s, tw, x)
+		}
+		for _, c := range []*servercost.Cost{x.Cost, tw.Cost} {
+			if c == nil || c.WALBytes <= 0 || c.ServerCPU == nil || *c.ServerCPU <= 0 || c.ClientCPU == nil || *c.ClientCPU <= 0 {
+				t.Errorf("%s: cost %+v", s, c)
+			}
 		}
 	}
 	// Which strategy is faster is for the benchmarks (pooltop bench, go test
@@ -155,9 +175,40 @@ func TestBenchOnAPoolThatRunsEmpty(t *testing.T) {
 	t.Parallel()
 	db := []string{"--dsn", pgtest.DSN(), "--schema", scratch(t)}
 	r := pooltop(t, append([]string{"bench", "--pool-size", "2", "--workers", "4", "--strategies", "skip-locked",
-		"--duration", "1s", "--warmup", "0s", "--no-pgbench"}, db...)...)
-	if r.code != exitError || !strings.Contains(r.stderr, "ran empty in skip-locked at 4 workers") || !strings.Contains(r.stderr, "raise --pool-size") {
+		"--duration", "1s", "--warmup", "0s", "--json"}, db...)...)
+	if r.code != exitError || !strings.Contains(r.stderr, "no figure for skip-locked at 4 workers, the pgbench twin of skip-locked at 4 workers") ||
+		!strings.Contains(r.stderr, "raise --pool-size") || strings.Contains(r.stderr+r.stdout, "aborted") {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	// Both sides are in the JSON, each saying in words that it is no
+	// figure, with no rate: pgbench's "Run was aborted" is never a figure.
+	rs := decode[[]workload.BenchResult](t, r.stdout)
+	if len(rs) != 2 {
+		t.Fatalf("want skip-locked and its twin, got %+v", rs)
+	}
+	for _, x := range rs {
+		if !strings.Contains(x.Invalid, "ran dry") || x.CyclesPerS != 0 || x.TwinRatio != 0 {
+			t.Errorf("%s (twin of %q): %+v", x.Strategy, x.TwinOf, x)
+		}
+	}
+}
+
+// With a warm-up, each side's pool is sized from it: a pool of 500 ids
+// that the warm-up empties is topped up (or the run done again on a larger
+// pool) so that neither side runs dry in the measured window.
+func TestBenchSizesThePoolFromTheWarmup(t *testing.T) {
+	t.Parallel()
+	db := []string{"--dsn", pgtest.DSN(), "--schema", scratch(t)}
+	r := pooltop(t, append([]string{"bench", "--pool-size", "500", "--workers", "2", "--strategies", "skip-locked",
+		"--duration", "1s", "--warmup", "1s", "--json"}, db...)...).must(t)
+	rs := decode[[]workload.BenchResult](t, r.stdout)
+	if len(rs) != 2 {
+		t.Fatalf("want skip-locked and its twin, got %+v", rs)
+	}
+	for _, x := range rs {
+		if x.Invalid != "" || x.CyclesPerS <= 0 || x.PoolSize+x.Refilled <= 500 {
+			t.Errorf("%s (twin of %q): %+v", x.Strategy, x.TwinOf, x)
+		}
 	}
 }
 
@@ -214,7 +265,7 @@ func TestBenchInterrupted(t *testing.T) {
 	schema := scratch(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stderr := &signalWriter{want: "acquires/s", seen: make(chan struct{})}
+	stderr := &signalWriter{want: "cycles/s", seen: make(chan struct{})}
 	var stdout strings.Builder
 	done := make(chan int, 1)
 	go func() {

@@ -5,6 +5,7 @@ package pgbench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -72,6 +73,10 @@ type Options struct {
 	// Latency logs every transaction to compute percentiles; it costs
 	// pgbench some throughput, so the ceiling is measured without it.
 	Latency bool
+	// Settings are server settings for pgbench's sessions (PGOPTIONS -c).
+	Settings map[string]string
+	// Protocol is pgbench's -M: prepared (the default) or extended.
+	Protocol string
 }
 
 // Result is what pgbench reported.
@@ -81,7 +86,15 @@ type Result struct {
 	P50MS  float64 // latency percentiles of the script, from the per-transaction log
 	P99MS  float64
 	Output string
+	// CPU is the user and system time pgbench itself used: the client's
+	// share of a cycle's cost.
+	CPU time.Duration
 }
+
+// ErrAborted is returned, wrapped, when pgbench stopped some of its clients
+// before the end (a statement failed: a \gset found no row in an empty pool,
+// a connection broke): its summary is then not a figure.
+var ErrAborted = errors.New("pgbench aborted clients before the end")
 
 // Find returns the pgbench binary beside the server binaries.
 func Find() (string, error) {
@@ -145,7 +158,11 @@ func connEnv(dsn string) ([]string, error) {
 
 // command builds the pgbench command line for o, with the script in dir.
 func command(ctx context.Context, bin, dir string, o Options) (*exec.Cmd, error) {
-	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(min(o.Clients, 2)),
+	protocol := o.Protocol
+	if protocol == "" {
+		protocol = "prepared"
+	}
+	args := []string{"-n", "-M", protocol, "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(min(o.Clients, 2)),
 		"-f", filepath.Join(dir, "script.sql")}
 	if o.Latency {
 		args = append(args, "-l", "--log-prefix", filepath.Join(dir, "log"))
@@ -161,7 +178,16 @@ func command(ctx context.Context, bin, dir string, o Options) (*exec.Cmd, error)
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir
-	cmd.Env = append(env, "PGOPTIONS=-c search_path="+o.Schema, "PGAPPNAME=pgbench")
+	opts := "-c search_path=" + o.Schema
+	keys := make([]string, 0, len(o.Settings))
+	for k := range o.Settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		opts += " -c " + k + "=" + o.Settings[k]
+	}
+	cmd.Env = append(env, "PGOPTIONS="+opts, "PGAPPNAME=pgbench")
 	return cmd, nil
 }
 
@@ -186,6 +212,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	out, err := cmd.CombinedOutput()
 	res := Result{Output: string(out)}
+	if cmd.ProcessState != nil {
+		res.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	if strings.Contains(res.Output, "Run was aborted") || strings.Contains(res.Output, "client(s) aborted") {
+		return res, fmt.Errorf("%w: %s", ErrAborted, firstError(res.Output))
+	}
 	if err != nil {
 		return res, fmt.Errorf("pgbench: %w: %s", err, lastLines(string(out), 3))
 	}
@@ -229,6 +261,16 @@ func logPercentiles(dir string) (p50, p99 float64) {
 	sort.Float64s(lat)
 	at := func(q float64) float64 { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
 	return at(0.50), at(0.99)
+}
+
+// firstError is the first line pgbench printed about a failed statement.
+func firstError(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "error") || strings.Contains(line, "ERROR") || strings.Contains(line, "aborted") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return lastLines(out, 1)
 }
 
 func lastLines(s string, n int) string {
