@@ -65,6 +65,7 @@ type BenchResult struct {
 	// Invalid says in words why the row is no figure (the pool ran dry).
 	Invalid string `json:"invalid,omitempty"`
 	Dry     bool   `json:"-"` // Invalid because the pool ran dry
+	RunID   string `json:"-"` // the workload's run id, the suffix of its holders
 }
 
 // BenchWindow hooks into a run at the edges of its measured window.
@@ -90,9 +91,10 @@ func BenchRun(ctx context.Context, eng *engine.Engine, m BenchMode, workers int,
 	}
 	wl.Start(ctx)
 	defer wl.Stop()
+	run := BenchResult{RunID: wl.RunID()}
 	warmStart := time.Now()
 	if err := sleepCtx(ctx, warmup); err != nil {
-		return BenchResult{}, err
+		return run, err
 	}
 	if w.AfterWarmup != nil {
 		rate, s := 0.0, wl.Snapshot()
@@ -100,24 +102,24 @@ func BenchRun(ctx context.Context, eng *engine.Engine, m BenchMode, workers int,
 			rate = float64(s.Acquired) / time.Since(warmStart).Seconds()
 		}
 		if err := w.AfterWarmup(ctx, rate, s.EmptyPool > 0); err != nil {
-			return BenchResult{}, err
+			return run, err
 		}
 	}
 	if w.Begin != nil {
 		if err := w.Begin(ctx); err != nil {
-			return BenchResult{}, err
+			return run, err
 		}
 	}
 	wl.Reset()
 	start := time.Now()
 	if err := sleepCtx(ctx, d); err != nil {
-		return BenchResult{}, err
+		return run, err
 	}
 	s := wl.Snapshot()
 	el := time.Since(start).Seconds()
 	if w.End != nil {
 		if err := w.End(ctx); err != nil {
-			return BenchResult{}, err
+			return run, err
 		}
 	}
 	var errs int64
@@ -125,6 +127,7 @@ func BenchRun(ctx context.Context, eng *engine.Engine, m BenchMode, workers int,
 		errs += n
 	}
 	return BenchResult{
+		RunID:    run.RunID,
 		Strategy: m.Name, Workers: workers,
 		AcquiresPerS: float64(s.Acquired) / el, CyclesPerS: float64(s.Committed) / el,
 		P50MS: s.AcquireLatency.P50, P99MS: s.AcquireLatency.P99,

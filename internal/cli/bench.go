@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgbench"
+	"github.com/pooltop-dev/pooltop/internal/pgembed"
 	"github.com/pooltop-dev/pooltop/internal/servercost"
 	"github.com/pooltop-dev/pooltop/workload"
 )
@@ -142,7 +145,8 @@ func (o *benchOptions) validate(g *globals) error {
 func (o *benchOptions) run(ctx context.Context, g *globals) error {
 	maxConns := int32(min(slices.Max(o.counts), o.maxConns))
 	d, err := g.open(ctx, openOptions{appName: "pooltop-bench", maxConns: maxConns, write: true, migrate: true, load: true, rtt: o.rtt, partitions: o.partitions,
-		direct: "it empties the pool with VACUUM and measures pgbench beside pooltop, which need the server"})
+		direct:   "it empties the pool with VACUUM and measures pgbench beside pooltop, which need the server",
+		settings: statementStats()})
 	if err != nil {
 		return err
 	}
@@ -168,6 +172,19 @@ func (o *benchOptions) run(ctx context.Context, g *globals) error {
 		return fmt.Errorf("no figure for %s: the run did not measure what it should (see \"invalid\" above)", strings.Join(invalid, ", "))
 	}
 	return nil
+}
+
+// statementStats loads pg_stat_statements into an embedded server, when the
+// installed PostgreSQL has it, for the per-cycle costs.
+func statementStats() map[string]string {
+	dir, err := pgembed.FindBinaries()
+	if err != nil {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "..", "lib", "pg_stat_statements.so")); err != nil {
+		return nil
+	}
+	return map[string]string{"shared_preload_libraries": "pg_stat_statements"}
 }
 
 // measure runs, at each worker count, each strategy and then its pgbench
@@ -254,6 +271,9 @@ type benchSides struct {
 	parts []string
 	rates map[string]float64 // the last cycles/s seen per strategy, to size the next pool
 	grow  map[string]int     // how many times larger than planned, after a run ran dry
+	// lastRun is the run id of the last workload: its workers, stopped
+	// mid-cycle, may leave live leases that must not refuse the next reset.
+	lastRun string
 }
 
 // again runs one side, and runs it again on a pool four times as large
@@ -358,7 +378,7 @@ func (b *benchSides) committed(ctx context.Context, mark int64) (int64, error) {
 // pooltop runs one strategy in pooltop's workers.
 func (b *benchSides) pooltop(ctx context.Context, m workload.BenchMode, n int) (workload.BenchResult, error) {
 	size := b.initialSize(m.Name)
-	if err := freshPool(ctx, b.d, size); err != nil {
+	if err := freshPool(ctx, b.d, size, b.lastRun); err != nil {
 		return workload.BenchResult{}, err
 	}
 	var refilled int64
@@ -386,6 +406,7 @@ func (b *benchSides) pooltop(ctx context.Context, m workload.BenchMode, n int) (
 			return err
 		},
 	})
+	b.lastRun = r.RunID
 	if err != nil {
 		return r, err
 	}
@@ -422,7 +443,7 @@ func (b *benchSides) twin(ctx context.Context, m workload.BenchMode, n int) (wor
 		b.rates[key] = 2 * b.rates[m.Name] // a first guess: the twin may run faster
 	}
 	size := b.initialSize(key)
-	if err := freshPool(ctx, b.d, size); err != nil {
+	if err := freshPool(ctx, b.d, size, b.lastRun); err != nil {
 		return r, err
 	}
 	r.PoolSize = int64(size)

@@ -166,7 +166,7 @@ func (o *chaosOptions) run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer d.Close()
-	if err := freshPool(ctx, d, o.poolSize); err != nil {
+	if err := freshPool(ctx, d, o.poolSize, ""); err != nil {
 		return err
 	}
 	fmt.Fprintf(g.stderr, "chaos: %s for %v on %d ids (seed %d)\n", o.sc.Name, o.duration, o.poolSize, o.seed)
@@ -236,7 +236,7 @@ func (o *chaosOptions) runFaults(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer d.Close()
-	if err := freshPool(ctx, d, o.poolSize); err != nil {
+	if err := freshPool(ctx, d, o.poolSize, ""); err != nil {
 		return err
 	}
 	bin, err := workBinary()

@@ -323,8 +323,10 @@ func checkScratch(schema, name string) error {
 }
 
 // freshPool empties the schema's pool and ledger and fills it with size ids.
-func freshPool(ctx context.Context, d *database, size int) error {
-	if err := d.eng.ResetPool(ctx, ""); err != nil {
+// ours is the run id of the caller's last workload, whose leases left live
+// when it stopped do not refuse the reset ("" for none).
+func freshPool(ctx context.Context, d *database, size int, ours string) error {
+	if err := d.eng.ResetPool(ctx, ours); err != nil {
 		return err
 	}
 	if _, err := d.eng.Seed(ctx, size); err != nil {

@@ -19,7 +19,7 @@ func TestFreshPoolForBenchRefusesUnderOthersLeases(t *testing.T) {
 	if _, err := db.Engine.LeaseAcquire(ctx, &engine.LeaseAcquireParams{Holder: "carol", TTL: time.Hour, N: 1}); err != nil {
 		t.Fatal(err)
 	}
-	err := freshPool(ctx, d, 50)
+	err := freshPool(ctx, d, 50, "")
 	if !errors.Is(err, engine.ErrResetRefused) || !strings.Contains(err.Error(), `"carol"`) || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("freshPool under carol's live lease: %v; want one line refusing, naming her", err)
 	}

@@ -51,7 +51,7 @@ func TwinScript(t Twin, ttl, delay time.Duration, parts []string) (string, error
 			return sleep + "BEGIN;\n" +
 				sleep + onTable(Literal(lock), table) + "\n\\gset\n" +
 				sleep + onTable(Literal(load, "ARRAY[:id::bigint]"), table) + ";\n" +
-				sleep + onTable(Literal(engine.ChosenSQL, holder, lease, "ARRAY[:id::bigint]", "ARRAY[NULL::bigint]"), table) + "\n\\gset\n" +
+				sleep + onTable(Literal(engine.ChosenSQL(1), holder, lease, "ARRAY[:id::bigint]", "ARRAY[NULL::bigint]"), table) + "\n\\gset\n" +
 				sleep + "COMMIT;\n"
 		}
 	case "optimistic":
@@ -60,7 +60,7 @@ func TwinScript(t Twin, ttl, delay time.Duration, parts []string) (string, error
 		claim = func(table string) string {
 			return "\\set lease_token -1\n" +
 				sleep + onTable(Literal(engine.OptimisticReadSQL(1)), table) + "\n\\gset r_\n" +
-				sleep + onTable(Literal(engine.ChosenSQL, holder, lease, "ARRAY[:r_id::bigint]", "ARRAY[:r_lease_token::bigint]"), table) + "\n\\aset\n"
+				sleep + onTable(Literal(engine.ChosenSQL(1), holder, lease, "ARRAY[:r_id::bigint]", "ARRAY[:r_lease_token::bigint]"), table) + "\n\\aset\n"
 		}
 		commit = "\\if :lease_token > 0\n" + commit + "\\endif\n"
 	case "batched":
