@@ -550,3 +550,62 @@ func BenchmarkMechanismsDirty(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFirstPolls measures what a fresh collector's first polls cost on
+// each shape of pool: 40 polls at rest (100 ms apart) and 40 under a
+// 4-client pgbench claim load with 30 s leases (250 ms apart), each time
+// from a collector that has never polled, so the start-up walk is in them.
+// It reports the first poll, the slowest and the median of each run, and
+// the polls until no figure is marked estimated (at rest).
+//
+//	POOLTOP_BENCH_ROWS=1000000 go test -run '^$' -bench FirstPolls -benchtime 1x -timeout 60m ./collector/
+func BenchmarkFirstPolls(b *testing.B) {
+	rows := benchRows(b)
+	ctx := context.Background()
+	for _, sh := range shapes {
+		b.Run(sh.name, func(b *testing.B) {
+			schema := sh.build(b, rows)
+			run := func(pause time.Duration) (first, worst, p50 float64, settled int) {
+				col := newCollector(b, ctx, collector.Config{Table: schema + ".resource_pool"})
+				var ms []float64
+				settled = -1
+				for i := range 40 {
+					s, err := col.Poll(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					ms = append(ms, s.PollMS)
+					if settled < 0 && len(s.Pool.Estimated) == 0 {
+						settled = i + 1
+					}
+					time.Sleep(pause)
+				}
+				first = ms[0]
+				sort.Float64s(ms)
+				return first, ms[len(ms)-1], ms[len(ms)/2], settled
+			}
+			b.ResetTimer()
+			first, worst, p50, settled := run(100 * time.Millisecond)
+			script := "WITH c AS (UPDATE resource_pool SET status = 'PENDING', leased_until = now() + interval '30 seconds', updated_at = now()" +
+				" WHERE id = (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id)" +
+				" SELECT coalesce((SELECT id FROM c), 0) AS id \\gset\n"
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if _, err := pgbench.Run(ctx, pgbench.Options{DSN: pgtest.DSN(), Schema: schema, Script: script, Clients: 4, Duration: 14 * time.Second}); err != nil {
+					b.Error(err)
+				}
+			}()
+			time.Sleep(2 * time.Second)
+			lfirst, lworst, lp50, _ := run(250 * time.Millisecond)
+			<-done
+			b.ReportMetric(first, "first_ms")
+			b.ReportMetric(worst, "max_ms")
+			b.ReportMetric(p50, "p50_ms")
+			b.ReportMetric(float64(settled), "polls_to_exact")
+			b.ReportMetric(lfirst, "load_first_ms")
+			b.ReportMetric(lworst, "load_max_ms")
+			b.ReportMetric(lp50, "load_p50_ms")
+		})
+	}
+}
