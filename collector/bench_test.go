@@ -555,8 +555,10 @@ func BenchmarkMechanismsDirty(b *testing.B) {
 // each shape of pool: 40 polls at rest (100 ms apart) and 40 under a
 // 4-client pgbench claim load with 30 s leases (250 ms apart), each time
 // from a collector that has never polled, so the start-up walk is in them.
-// It reports the first poll, the slowest and the median of each run, and
-// the polls until no figure is marked estimated (at rest).
+// It reports the first poll, the slowest and the median of each run, the
+// polls until no figure is marked estimated (at rest, -1: never within 40),
+// and the first and slowest polls of a second fresh collector at rest, once
+// the pool has been read (read_first_ms, read_max_ms).
 //
 //	POOLTOP_BENCH_ROWS=1000000 go test -run '^$' -bench FirstPolls -benchtime 1x -timeout 60m ./collector/
 func BenchmarkFirstPolls(b *testing.B) {
@@ -586,6 +588,11 @@ func BenchmarkFirstPolls(b *testing.B) {
 			}
 			b.ResetTimer()
 			first, worst, p50, settled := run(100 * time.Millisecond)
+			// A second collector that has never polled, on the same pool, now
+			// read once: as watch starting on a pool in use, whose pages its
+			// own traffic has read (hint bits set), where the first run paid
+			// the first reads after the bulk build.
+			wfirst, wworst, _, _ := run(100 * time.Millisecond)
 			script := "WITH c AS (UPDATE resource_pool SET status = 'PENDING', leased_until = now() + interval '30 seconds', updated_at = now()" +
 				" WHERE id = (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id)" +
 				" SELECT coalesce((SELECT id FROM c), 0) AS id \\gset\n"
@@ -603,6 +610,8 @@ func BenchmarkFirstPolls(b *testing.B) {
 			b.ReportMetric(worst, "max_ms")
 			b.ReportMetric(p50, "p50_ms")
 			b.ReportMetric(float64(settled), "polls_to_exact")
+			b.ReportMetric(wfirst, "read_first_ms")
+			b.ReportMetric(wworst, "read_max_ms")
 			b.ReportMetric(lfirst, "load_first_ms")
 			b.ReportMetric(lworst, "load_max_ms")
 			b.ReportMetric(lp50, "load_p50_ms")
