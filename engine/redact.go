@@ -164,20 +164,14 @@ func redactKV(s string) string {
 		if j < 0 {
 			break
 		}
-		keyEnd := j + strings.IndexByte(lower[j:], 'd') + 1 // "password" or "sslpassword" ends in d
-		k := keyEnd
-		for k < len(s) && (s[k] == ' ' || s[k] == '\t') {
-			k++
-		}
+		key := keyEnd(lower, j)
+		k := skipBlanks(s, key)
 		if k >= len(s) || s[k] != '=' {
-			b.WriteString(s[i:keyEnd])
-			i = keyEnd
+			b.WriteString(s[i:key])
+			i = key
 			continue
 		}
-		k++
-		for k < len(s) && (s[k] == ' ' || s[k] == '\t') {
-			k++
-		}
+		k = skipBlanks(s, k+1)
 		b.WriteString(s[i:k])
 		end := valueEnd(s, k)
 		if end > k {
@@ -207,6 +201,18 @@ func nextKey(lower string, i int) int {
 		}
 		i = j + len("password")
 	}
+}
+
+// keyEnd is the end of the password keyword nextKey found at j: "password"
+// and "sslpassword" both end in d.
+func keyEnd(lower string, j int) int { return j + strings.IndexByte(lower[j:], 'd') + 1 }
+
+// skipBlanks is the first position from k that is not a space or a tab.
+func skipBlanks(s string, k int) int {
+	for k < len(s) && (s[k] == ' ' || s[k] == '\t') {
+		k++
+	}
+	return k
 }
 
 func isWordByte(c byte) bool {
@@ -315,15 +321,9 @@ func passwordIn(dsn string) string {
 		if j < 0 {
 			return ""
 		}
-		k := j + strings.IndexByte(lower[j:], 'd') + 1
-		for k < len(dsn) && (dsn[k] == ' ' || dsn[k] == '\t') {
-			k++
-		}
+		k := skipBlanks(dsn, keyEnd(lower, j))
 		if k < len(dsn) && dsn[k] == '=' && !strings.HasPrefix(lower[j:], "ssl") {
-			k++
-			for k < len(dsn) && dsn[k] == ' ' {
-				k++
-			}
+			k = skipBlanks(dsn, k+1)
 			v := dsn[k:valueEnd(dsn, k)]
 			v = strings.TrimPrefix(strings.TrimSuffix(v, "'"), "'")
 			return strings.NewReplacer(`\'`, `'`, `\\`, `\`, `\ `, ` `).Replace(v)
@@ -386,16 +386,10 @@ func maskQuotedKV(s string) string {
 		if j < 0 {
 			break
 		}
-		k := j + strings.IndexByte(lower[j:], 'd') + 1
-		for k < len(s) && (s[k] == ' ' || s[k] == '\t') {
-			k++
-		}
+		k := skipBlanks(s, keyEnd(lower, j))
 		quote := ""
 		if k < len(s) && s[k] == '=' {
-			k++
-			for k < len(s) && (s[k] == ' ' || s[k] == '\t') {
-				k++
-			}
+			k = skipBlanks(s, k+1)
 			if strings.HasPrefix(s[k:], "''") || strings.HasPrefix(s[k:], `\'`) {
 				quote = s[k : k+2]
 			}
