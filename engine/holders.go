@@ -135,7 +135,7 @@ func (e *Engine) ReleaseHolder(ctx context.Context, p ReleaseHolderParams) (Rele
 	holderIDs, releaseIDs := sqlHolderIDs, sqlReleaseIDs
 	if len(p.Table) > 0 {
 		table := p.Table.Sanitize()
-		holderIDs, releaseIDs = onPartition(holderIDs, table), onPartition(releaseIDs, table)
+		holderIDs, releaseIDs = OnPartition(holderIDs, table), OnPartition(releaseIDs, table)
 	}
 	if p.DryRun {
 		var n int64

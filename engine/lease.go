@@ -172,7 +172,7 @@ func (e *Engine) acquire(ctx context.Context, p *LeaseAcquireParams) ([]Lease, e
 	case SkipLocked:
 		claim := withLimit(sqlAcquireSkipLocked, p.N)
 		leases, err = e.onPartitions(tables, func(table string) ([]Lease, error) {
-			return e.acquireRows(ctx, e.db, onPartition(claim, table), p.Holder, ttl)
+			return e.acquireRows(ctx, e.db, OnPartition(claim, table), p.Holder, ttl)
 		})
 	case Blocking:
 		leases, err = e.onPartitions(tables, func(table string) ([]Lease, error) {
@@ -249,7 +249,7 @@ func scanLease(row pgx.CollectableRow) (Lease, error) {
 func (e *Engine) acquireBlocking(ctx context.Context, p *LeaseAcquireParams, ttl any, table string) ([]Lease, error) {
 	var leases []Lease
 	err := pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, onPartition(withLimit(sqlAcquireBlockingSelect, p.N), table))
+		rows, err := tx.Query(ctx, OnPartition(withLimit(sqlAcquireBlockingSelect, p.N), table))
 		if err != nil {
 			return err
 		}
@@ -261,7 +261,7 @@ func (e *Engine) acquireBlocking(ctx context.Context, p *LeaseAcquireParams, ttl
 		if len(ids) > chosenPrepared {
 			load = []any{pgx.QueryExecModeExec, ids}
 		}
-		if _, err := tx.Exec(ctx, onPartition(withLimit(sqlAcquireBlockingLoad, len(ids)), table), load...); err != nil {
+		if _, err := tx.Exec(ctx, OnPartition(withLimit(sqlAcquireBlockingLoad, len(ids)), table), load...); err != nil {
 			return err
 		}
 		if err := sleepCtx(ctx, p.LockHeld); err != nil {
@@ -269,7 +269,7 @@ func (e *Engine) acquireBlocking(ctx context.Context, p *LeaseAcquireParams, ttl
 		}
 		tokens := make([]*int64, len(ids))
 		sql, args := chosenSQL(len(ids), p.Holder, ttl, ids, tokens)
-		leases, err = e.acquireRows(ctx, tx, onPartition(sql, table), args...)
+		leases, err = e.acquireRows(ctx, tx, OnPartition(sql, table), args...)
 		return err
 	})
 	return leases, err
@@ -289,7 +289,7 @@ func (e *Engine) acquireOptimistic(ctx context.Context, p *LeaseAcquireParams, t
 		}
 		read := false
 		leases, err := e.onPartitions(tables, func(table string) ([]Lease, error) {
-			rows, err := e.db.Query(ctx, onPartition(withLimit(sqlAcquireOptimisticRead, p.N), table))
+			rows, err := e.db.Query(ctx, OnPartition(withLimit(sqlAcquireOptimisticRead, p.N), table))
 			if err != nil {
 				return nil, err
 			}
@@ -311,7 +311,7 @@ func (e *Engine) acquireOptimistic(ctx context.Context, p *LeaseAcquireParams, t
 			}
 			read = true
 			sql, args := chosenSQL(len(ids), p.Holder, ttl, ids, tokens)
-			leases, err := e.acquireRows(ctx, e.db, onPartition(sql, table), args...)
+			leases, err := e.acquireRows(ctx, e.db, OnPartition(sql, table), args...)
 			if err != nil {
 				return nil, err
 			}

@@ -57,9 +57,9 @@ func (e *Engine) Partitions(ctx context.Context) ([]string, error) {
 // plainPool is the one table an unpartitioned pool's claims read.
 var plainPool = []string{"resource_pool"}
 
-// onPartition is a statement written for resource_pool, rewritten to run on
+// OnPartition is a statement written for resource_pool, rewritten to run on
 // table, one partition of it (or the pool itself, unchanged).
-func onPartition(sql, table string) string {
+func OnPartition(sql, table string) string {
 	if table == "resource_pool" {
 		return sql
 	}

@@ -23,42 +23,16 @@ import (
 )
 
 // CycleScript is the engine's single-row cycle as a pgbench script: the
-// claim (a lease of ttl) and the fenced commit, the same SQL pooltop runs.
-// With delay, each statement waits that long before it is sent, as pooltop's
-// own connections do under bench --rtt. The request id is made of random()
-// and the clock, since gen_random_uuid() is built in only from PostgreSQL 13.
+// claim (a lease of ttl) and the fenced commit, the same SQL pooltop runs
+// (the skip-locked twin on a plain pool, see TwinScript). With delay, each
+// statement waits that long before it is sent, as pooltop's own
+// connections do under bench --rtt.
 func CycleScript(ttl, delay time.Duration) string {
-	sleep := ""
-	if delay > 0 {
-		sleep = fmt.Sprintf("\\sleep %d us\n", delay.Microseconds())
+	s, err := TwinScript(Twin{Strategy: "skip-locked"}, ttl, delay, nil)
+	if err != nil {
+		panic(err) // the skip-locked twin always builds
 	}
-	return sleep + Literal(engine.ClaimSQL(1), "'pgbench'", strconv.FormatInt(ttl.Microseconds(), 10)) + "\n\\gset\n" +
-		sleep + Literal(engine.CommitSQL, ":id", ":lease_token", "md5(random()::text || clock_timestamp()::text)", "'pgbench'", "''") + ";\n"
-}
-
-// PartitionedCycleScript is CycleScript on a hash-partitioned pool as the
-// engine runs it: the claim names one of parts (schema-qualified partition
-// names), drawn at random per transaction; the commit goes through the
-// parent. (The engine also moves on to the next partition when the one it
-// drew is empty; a pool sized for the run never makes it.)
-func PartitionedCycleScript(ttl, delay time.Duration, parts []string) string {
-	sleep := ""
-	if delay > 0 {
-		sleep = fmt.Sprintf("\\sleep %d us\n", delay.Microseconds())
-	}
-	claim := Literal(engine.ClaimSQL(1), "'pgbench'", strconv.FormatInt(ttl.Microseconds(), 10))
-	var b strings.Builder
-	fmt.Fprintf(&b, "\\set shard random(0, %d)\n", len(parts)-1)
-	for i, part := range parts {
-		word := "\\elif"
-		if i == 0 {
-			word = "\\if"
-		}
-		fmt.Fprintf(&b, "%s :shard = %d\n%s%s\n\\gset\n", word, i, sleep, strings.ReplaceAll(claim, "resource_pool", part))
-	}
-	b.WriteString("\\endif\n")
-	b.WriteString(sleep + Literal(engine.CommitSQL, ":id", ":lease_token", "md5(random()::text || clock_timestamp()::text)", "'pgbench'", "''") + ";\n")
-	return b.String()
+	return s
 }
 
 // Options describe one pgbench run.

@@ -47,13 +47,16 @@ func TestPasswordNeverOnTheCommandLine(t *testing.T) {
 
 // The partitioned cycle claims from every partition, each transaction from
 // one drawn at random, and commits every claim it makes.
-func TestPartitionedCycleScript(t *testing.T) {
+func TestPartitionedSkipLockedTwin(t *testing.T) {
 	ctx, db := pgtest.Setup(t, 2000, pgtest.Options{Partitions: 4})
 	parts, err := db.Engine.Partitions(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := PartitionedCycleScript(time.Minute, 0, parts)
+	script, err := TwinScript(Twin{Strategy: "skip-locked"}, time.Minute, 0, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	res, err := Run(ctx, Options{DSN: pgtest.DSN(), Schema: db.Schema, Script: script, Clients: 2, Transactions: 100})
 	if err != nil || res.Failed != 0 {
 		t.Fatalf("pgbench: %+v %v\n%s", res, err, script)

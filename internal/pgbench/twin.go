@@ -43,15 +43,15 @@ func TwinScript(t Twin, ttl, delay time.Duration, parts []string) (string, error
 	switch t.Strategy {
 	case "skip-locked":
 		claim = func(table string) string {
-			return sleep + onTable(Literal(engine.ClaimSQL(1), holder, lease), table) + "\n\\gset\n"
+			return sleep + engine.OnPartition(Literal(engine.ClaimSQL(1), holder, lease), table) + "\n\\gset\n"
 		}
 	case "blocking":
 		lock, load := engine.BlockingSQL(1)
 		claim = func(table string) string {
 			return sleep + "BEGIN;\n" +
-				sleep + onTable(Literal(lock), table) + "\n\\gset\n" +
-				sleep + onTable(Literal(load, "ARRAY[:id::bigint]"), table) + ";\n" +
-				sleep + onTable(Literal(engine.ChosenSQL(1), holder, lease, "ARRAY[:id::bigint]", "ARRAY[NULL::bigint]"), table) + "\n\\gset\n" +
+				sleep + engine.OnPartition(Literal(lock), table) + "\n\\gset\n" +
+				sleep + engine.OnPartition(Literal(load, "ARRAY[:id::bigint]"), table) + ";\n" +
+				sleep + engine.OnPartition(Literal(engine.ChosenSQL(1), holder, lease, "ARRAY[:id::bigint]", "ARRAY[NULL::bigint]"), table) + "\n\\gset\n" +
 				sleep + "COMMIT;\n"
 		}
 	case "optimistic":
@@ -59,8 +59,8 @@ func TwinScript(t Twin, ttl, delay time.Duration, parts []string) (string, error
 		// and the cycle commits nothing.
 		claim = func(table string) string {
 			return "\\set lease_token -1\n" +
-				sleep + onTable(Literal(engine.OptimisticReadSQL(1)), table) + "\n\\gset r_\n" +
-				sleep + onTable(Literal(engine.ChosenSQL(1), holder, lease, "ARRAY[:r_id::bigint]", "ARRAY[:r_lease_token::bigint]"), table) + "\n\\aset\n"
+				sleep + engine.OnPartition(Literal(engine.OptimisticReadSQL(1)), table) + "\n\\gset r_\n" +
+				sleep + engine.OnPartition(Literal(engine.ChosenSQL(1), holder, lease, "ARRAY[:r_id::bigint]", "ARRAY[:r_lease_token::bigint]"), table) + "\n\\aset\n"
 		}
 		commit = "\\if :lease_token > 0\n" + commit + "\\endif\n"
 	case "batched":
@@ -72,7 +72,7 @@ func TwinScript(t Twin, ttl, delay time.Duration, parts []string) (string, error
 			return "", err
 		}
 		claim = func(table string) string {
-			return sleep + onTable(Literal(gathered, holder, lease), table) + "\n\\gset\n"
+			return sleep + engine.OnPartition(Literal(gathered, holder, lease), table) + "\n\\gset\n"
 		}
 		commit = sleep + Literal(engine.CommitBatchSQL, ":ids", ":tokens", ":reqs", ":payloads", holder) + ";\n"
 	default:
@@ -104,13 +104,4 @@ func gatherClaim(claim string) (string, error) {
 	}
 	return strings.TrimSpace(claim[:i]) + ", claimed AS (" + claim[i:] + ")\n" +
 		"SELECT array_agg(id) AS ids, array_agg(lease_token) AS tokens, array_agg('" + Holder + "-' || id) AS reqs, array_agg(''::text) AS payloads FROM claimed", nil
-}
-
-// onTable points a statement written for resource_pool at table (a
-// partition), as the engine does.
-func onTable(sql, table string) string {
-	if table == "resource_pool" {
-		return sql
-	}
-	return strings.ReplaceAll(sql, "resource_pool", table)
 }

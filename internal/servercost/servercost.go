@@ -35,7 +35,6 @@ type Sampler struct {
 
 // Sample is the server's counters at one moment.
 type Sample struct {
-	At         time.Time
 	WALBytes   int64 // WAL insert position
 	Statements bool  // the fields below from pg_stat_statements are set
 	WALRecords int64
@@ -121,7 +120,6 @@ func (s *Sampler) Take(ctx context.Context) (Sample, error) {
 			x.ServerCPU, x.CPU = cpu, true
 		}
 	}
-	x.At = time.Now()
 	return x, nil
 }
 
