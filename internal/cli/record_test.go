@@ -58,24 +58,7 @@ func TestRecordWatchAndReplay(t *testing.T) {
 	if _, err := tx.Exec(ctx, "UPDATE resource_pool SET updated_at = now() WHERE id = 1"); err != nil {
 		t.Fatal(err)
 	}
-	waiter := pgtest.Conn(t, schema)
-	var waiterPID int32
-	if err := waiter.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&waiterPID); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := waiter.Exec(ctx, "UPDATE resource_pool SET updated_at = now() /* dblink password="+pw+" */ WHERE id = 1")
-		done <- err
-	}()
-	probe := pgtest.Conn(t, schema)
-	pgtest.Eventually(t, "the session waiting on the lock", 30*time.Second, func() bool {
-		var n int
-		if err := probe.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted", waiterPID).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
-	})
+	done := waitingSession(t, ctx, schema, "UPDATE resource_pool SET updated_at = now() /* dblink password="+pw+" */ WHERE id = 1")
 
 	file := filepath.Join(t.TempDir(), "watch.ndjson")
 	r := pooltop(t, "watch", "--dsn", dsn, "--schema", schema, "--headless", "--json", "--count", "3", "--interval", "250ms", "--record", file).must(t)
@@ -207,4 +190,30 @@ func TestRecordRotates(t *testing.T) {
 	if r := pooltop(t, "replay", notes, "--headless"); r.code != exitError || !strings.Contains(r.stderr, "not a pooltop snapshot") {
 		t.Errorf("replay of a text file: exit %d, stderr %q", r.code, r.stderr)
 	}
+}
+
+// waitingSession runs query on a session of its own, which must wait on a
+// lock another session holds, and returns once it waits (seen in pg_locks);
+// the channel gets the statement's result when it ends.
+func waitingSession(t *testing.T, ctx context.Context, schema, query string) <-chan error {
+	t.Helper()
+	waiter := pgtest.Conn(t, schema)
+	var pid int32
+	if err := waiter.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Exec(ctx, query)
+		done <- err
+	}()
+	probe := pgtest.Conn(t, schema)
+	pgtest.Eventually(t, "the session waiting on the lock", 30*time.Second, func() bool {
+		var n int
+		if err := probe.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted", pid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+	return done
 }

@@ -111,29 +111,11 @@ func TestWatchMasksPasswordsInQueries(t *testing.T) {
 	if _, err := holder.Exec(ctx, "/* ALTER ROLE app PASSWORD'Bl0ckerS3cret' */ UPDATE resource_pool SET updated_at = now() WHERE id = 1"); err != nil {
 		t.Fatal(err)
 	}
-	waiter := pgtest.Conn(t, schema)
-	var waiterPID int32
-	if err := waiter.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&waiterPID); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := waiter.Exec(ctx, "UPDATE resource_pool SET updated_at = now() WHERE id = 1 /* ALTER ROLE app PASSWORD N'Wa1terS3cret' */")
-		done <- err
-	}()
-	// Runs before the connections close: the waiter is done with its
-	// connection by then.
+	done := waitingSession(t, ctx, schema, "UPDATE resource_pool SET updated_at = now() WHERE id = 1 /* ALTER ROLE app PASSWORD N'Wa1terS3cret' */")
+	// Runs before the waiter's connection closes.
 	t.Cleanup(func() {
 		_ = holder.Rollback(ctx)
 		<-done
-	})
-	probe := pgtest.Conn(t, schema)
-	pgtest.Eventually(t, "the session waiting on the lock", 30*time.Second, func() bool {
-		var n int
-		if err := probe.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE pid = $1 AND NOT granted", waiterPID).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n > 0
 	})
 	secrets := []string{"Bl0ckerS3cret", "Wa1terS3cret"}
 
