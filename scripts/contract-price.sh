@@ -29,27 +29,9 @@ CLIENTS=${CLIENTS:-"1 8"}
 ROWS=${ROWS:-1000000}
 PORT=${PORT:-55498}
 SETTINGS=${SETTINGS:-} # extra server settings (-c name=value …); durability as configured (on) by default
-unset PGHOST PGPORT PGUSER PGDATABASE PGPASSWORD PGSERVICE PGOPTIONS DATABASE_URL
-
-pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-if [ -z "$pgbin" ]; then
-  pgbin=$(dirname "$(command -v initdb)")
-fi
-tmp=$(mktemp -d)
-as=()
-if [ "$(id -u)" = 0 ]; then
-  chown postgres "$tmp"
-  as=(runuser -u postgres --)
-fi
-stop() {
-  "${as[@]}" "$pgbin/pg_ctl" -D "$tmp/data" -m immediate stop >/dev/null 2>&1 || true
-  rm -rf "$tmp"
-}
-trap stop EXIT
-
-"${as[@]}" "$pgbin/initdb" -D "$tmp/data" -U postgres -A trust >/dev/null
-"${as[@]}" "$pgbin/pg_ctl" -D "$tmp/data" -l "$tmp/log" -w \
-  -o "-p $PORT -c listen_addresses=127.0.0.1 -k $tmp -c max_connections=100 -c shared_buffers=512MB -c autovacuum_naptime=10s $SETTINGS" start >/dev/null
+. scripts/throwaway-server.sh
+# shellcheck disable=SC2086 # SETTINGS is a list of -c name=value
+start_server "$PORT" -c max_connections=100 -c shared_buffers=512MB -c autovacuum_naptime=10s $SETTINGS
 db="postgres://postgres@127.0.0.1:$PORT/postgres"
 psql() { "$pgbin/psql" -qAtX -v ON_ERROR_STOP=1 "$db" "$@"; }
 echo "server: $pgbin, port $PORT, $ROWS ids per layout, fsync $(psql -c 'SHOW fsync'), synchronous_commit $(psql -c 'SHOW synchronous_commit')"

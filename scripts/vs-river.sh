@@ -23,28 +23,10 @@ POOL=${POOL:-2000000} # ids in pooltop's pool: enough not to run empty in DUR
 PARTITIONS=${PARTITIONS:-0} # >1: pooltop's pool hash-partitioned in that many partitions
 PORT=${PORT:-55499}
 RIVER_VERSION=${RIVER_VERSION:-v0.26.0}
-unset PGHOST PGPORT PGUSER PGDATABASE PGPASSWORD PGSERVICE DATABASE_URL
-
-pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-if [ -z "$pgbin" ]; then
-  pgbin=$(dirname "$(command -v initdb)")
-fi
-tmp=$(mktemp -d)
-as=()
-if [ "$(id -u)" = 0 ]; then
-  chown postgres "$tmp"
-  as=(runuser -u postgres --)
-fi
-stop() {
-  "${as[@]}" "$pgbin/pg_ctl" -D "$tmp/data" -m immediate stop >/dev/null 2>&1 || true
-  rm -rf "$tmp"
-}
-trap stop EXIT
+. scripts/throwaway-server.sh
 
 echo "server: $pgbin, port $PORT, fsync and synchronous_commit as configured (on)"
-"${as[@]}" "$pgbin/initdb" -D "$tmp/data" -U postgres -A trust >/dev/null
-"${as[@]}" "$pgbin/pg_ctl" -D "$tmp/data" -l "$tmp/log" -w \
-  -o "-p $PORT -c listen_addresses=127.0.0.1 -k $tmp -c max_connections=200 -c shared_buffers=512MB" start >/dev/null
+start_server "$PORT" -c max_connections=200 -c shared_buffers=512MB
 base="postgres://postgres@127.0.0.1:$PORT"
 "$pgbin/psql" -qAt "$base/postgres" -c "CREATE DATABASE river" -c "CREATE DATABASE pooltop" \
   -c "SELECT 'fsync=' || current_setting('fsync') || ' synchronous_commit=' || current_setting('synchronous_commit')"
