@@ -23,8 +23,15 @@ while read -r pkg name; do
   fi
   echo "fuzz $name ($pkg) for $fuzztime"
   if ! go test -run '^$' -fuzz "^$name\$" -fuzztime "$fuzztime" "$pkg" >"$log" 2>&1; then
-    cat "$log"
-    exit 1
+    # Go 1.26's fuzzing coordinator may fail a run that found nothing with
+    # a bare "context deadline exceeded" as -fuzztime ends (golang/go#75804,
+    # fixed in Go 1.27). A real finding writes its input; that fails.
+    if grep -q '^    context deadline exceeded$' "$log" && ! grep -q 'Failing input written' "$log"; then
+      echo "fuzz $name: ended with Go's fuzztime deadline race (golang/go#75804), no failing input: not a finding"
+    else
+      cat "$log"
+      exit 1
+    fi
   fi
   ran=$((ran + 1))
 done <<<"$targets"
