@@ -558,7 +558,10 @@ func BenchmarkMechanismsDirty(b *testing.B) {
 // It reports the first poll, the slowest and the median of each run, the
 // polls until no figure is marked estimated (at rest, -1: never within 40),
 // and the first and slowest polls of a second fresh collector at rest, once
-// the pool has been read (read_first_ms, read_max_ms).
+// the pool has been read (read_first_ms, read_max_ms). A poll's wall time
+// counts its wait for a CPU, which under load is most of it; cpu_*_ms are
+// the CPU time of the collector's own backends (from /proc, -1 when the
+// server is elsewhere): the poll's cost to the server.
 //
 //	POOLTOP_BENCH_ROWS=1000000 go test -run '^$' -bench FirstPolls -benchtime 1x -timeout 60m ./collector/
 func BenchmarkFirstPolls(b *testing.B) {
@@ -567,16 +570,25 @@ func BenchmarkFirstPolls(b *testing.B) {
 	for _, sh := range shapes {
 		b.Run(sh.name, func(b *testing.B) {
 			schema := sh.build(b, rows)
-			run := func(pause time.Duration) (first, worst, p50 float64, settled int) {
+			run := func(pause time.Duration) (first, worst, p50, cpuWorst, cpuP50 float64, settled int) {
 				col := newCollector(b, ctx, collector.Config{Table: schema + ".resource_pool"})
-				var ms []float64
+				var ms, cpu []float64
 				settled = -1
 				for i := range 40 {
+					before := backendCPU(ctx, col)
 					s, err := col.Poll(ctx)
 					if err != nil {
 						b.Fatal(err)
 					}
 					ms = append(ms, s.PollMS)
+					if before >= 0 {
+						if after := backendCPU(ctx, col); after >= before {
+							cpu = append(cpu, float64(after-before)/1e6)
+							if os.Getenv("POOLTOP_BENCH_VERBOSE") != "" {
+								fmt.Fprintf(os.Stderr, "poll %d: %.1f ms, backends CPU %.1f ms, estimated %v\n", i+1, s.PollMS, float64(after-before)/1e6, s.Pool.Estimated)
+							}
+						}
+					}
 					if settled < 0 && len(s.Pool.Estimated) == 0 {
 						settled = i + 1
 					}
@@ -584,15 +596,20 @@ func BenchmarkFirstPolls(b *testing.B) {
 				}
 				first = ms[0]
 				sort.Float64s(ms)
-				return first, ms[len(ms)-1], ms[len(ms)/2], settled
+				cpuWorst, cpuP50 = -1, -1
+				if len(cpu) > 0 {
+					sort.Float64s(cpu)
+					cpuWorst, cpuP50 = cpu[len(cpu)-1], cpu[len(cpu)/2]
+				}
+				return first, ms[len(ms)-1], ms[len(ms)/2], cpuWorst, cpuP50, settled
 			}
 			b.ResetTimer()
-			first, worst, p50, settled := run(100 * time.Millisecond)
+			first, worst, p50, cpuWorst, cpuP50, settled := run(100 * time.Millisecond)
 			// A second collector that has never polled, on the same pool, now
 			// read once: as watch starting on a pool in use, whose pages its
 			// own traffic has read (hint bits set), where the first run paid
 			// the first reads after the bulk build.
-			wfirst, wworst, _, _ := run(100 * time.Millisecond)
+			wfirst, wworst, _, _, _, _ := run(100 * time.Millisecond)
 			script := "WITH c AS (UPDATE resource_pool SET status = 'PENDING', leased_until = now() + interval '30 seconds', updated_at = now()" +
 				" WHERE id = (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id)" +
 				" SELECT coalesce((SELECT id FROM c), 0) AS id \\gset\n"
@@ -604,7 +621,7 @@ func BenchmarkFirstPolls(b *testing.B) {
 				}
 			}()
 			time.Sleep(2 * time.Second)
-			lfirst, lworst, lp50, _ := run(250 * time.Millisecond)
+			lfirst, lworst, lp50, lcpuWorst, lcpuP50, _ := run(250 * time.Millisecond)
 			<-done
 			b.ReportMetric(first, "first_ms")
 			b.ReportMetric(worst, "max_ms")
@@ -615,6 +632,35 @@ func BenchmarkFirstPolls(b *testing.B) {
 			b.ReportMetric(lfirst, "load_first_ms")
 			b.ReportMetric(lworst, "load_max_ms")
 			b.ReportMetric(lp50, "load_p50_ms")
+			b.ReportMetric(cpuWorst, "cpu_max_ms")
+			b.ReportMetric(cpuP50, "cpu_p50_ms")
+			b.ReportMetric(lcpuWorst, "load_cpu_max_ms")
+			b.ReportMetric(lcpuP50, "load_cpu_p50_ms")
 		})
 	}
+}
+
+// backendCPU is the CPU time in nanoseconds that col's sessions' backends
+// have used (/proc/PID/schedstat), or -1 when it cannot be read (a server
+// on another machine). Between polls every session is idle.
+func backendCPU(ctx context.Context, col *collector.Collector) int64 {
+	conns := collector.DBPool(col).Raw().AcquireAllIdle(ctx)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	var sum int64
+	for _, c := range conns {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", c.Conn().PgConn().PID()))
+		if err != nil {
+			return -1
+		}
+		ns, err := strconv.ParseInt(strings.Fields(string(raw))[0], 10, 64)
+		if err != nil {
+			return -1
+		}
+		sum += ns
+	}
+	return sum
 }

@@ -18,15 +18,20 @@ import (
 // read by a TID range scan (pages in order, no index); before, by id ranges
 // through the primary key.
 type census struct {
-	byTID  bool
-	width  int64 // pages (TID) or ids per range
-	ranges int64 // ranges in the table at the last poll
-	counts map[int64]censusRange
-	read   int64 // ranges [0, read) have all been read
-	size0  int64 // ranges at the first poll: those above were added since
-	grown  int64 // ranges [size0, grown) have all been read
-	cursor int64
-	per    pace // ranges read per poll, adapted to the server time it costs
+	byTID bool
+	// leaseless: count only the PENDING rows without a lease (and which
+	// of them are stuck, and the oldest updated_at) — the pending counter's
+	// count of them when there are too many to count from the index at
+	// every poll.
+	leaseless bool
+	width     int64 // pages (TID) or ids per range
+	ranges    int64 // ranges in the table at the last poll
+	counts    map[int64]censusRange
+	read      int64 // ranges [0, read) have all been read
+	size0     int64 // ranges at the first poll: those above were added since
+	grown     int64 // ranges [size0, grown) have all been read
+	cursor    int64
+	per       pace // ranges read per poll, adapted to the server time it costs
 }
 
 // censusRange is what one range of the table held when it was read.
@@ -109,17 +114,25 @@ func (q *censusQuery) queue(b *pgx.Batch, c *census, table string, oids []uint32
 	}
 	// A row nothing frees: a lease expired longer ago than the stuck
 	// threshold, or no lease and unchanged for that long.
+	counts := `count(*) FILTER (WHERE status = 'PENDING') AS pending,
+               count(*) FILTER (WHERE status = 'PENDING' AND %[1]s < now()) AS expired,
+               count(*) FILTER (WHERE status = 'PENDING' AND %[1]s < now() - $3::bigint * interval '1 microsecond') AS expired_old,
+               count(*) FILTER (WHERE status = 'PENDING' AND (%[1]s < now() - $4::bigint * interval '1 microsecond'
+                                OR (%[1]s IS NULL AND %[2]s < now() - $4::bigint * interval '1 microsecond'))) AS stuck,
+               min(CASE WHEN %[1]s IS NULL THEN %[2]s ELSE %[1]s END) FILTER (WHERE status = 'PENDING' AND (%[1]s IS NULL OR %[1]s < now())) AS oldest`
+	if c.leaseless {
+		counts = `count(*) FILTER (WHERE status = 'PENDING' AND %[1]s IS NULL) AS pending, 0::bigint AS expired, 0::bigint AS expired_old,
+               count(*) FILTER (WHERE status = 'PENDING' AND %[1]s IS NULL AND %[2]s < now() - $4::bigint * interval '1 microsecond') AS stuck,
+               min(%[2]s) FILTER (WHERE status = 'PENDING' AND %[1]s IS NULL AND $3::bigint IS NOT NULL) AS oldest`
+		// ($3, the reaper's interval, is only referenced: a parameter
+		// the text never names has no type.)
+	}
 	sql := fmt.Sprintf(`
-SELECT clock_timestamp(), %[5]s, ARRAY(SELECT row(g.k, r.pending, r.expired, r.expired_old, r.stuck, r.oldest)
+SELECT clock_timestamp(), %[3]s, ARRAY(SELECT row(g.k, r.pending, r.expired, r.expired_old, r.stuck, r.oldest)
     FROM unnest($2::bigint[]) AS g(k) CROSS JOIN LATERAL (
-        SELECT count(*) FILTER (WHERE status = 'PENDING') AS pending,
-               count(*) FILTER (WHERE status = 'PENDING' AND %[2]s < now()) AS expired,
-               count(*) FILTER (WHERE status = 'PENDING' AND %[2]s < now() - $3::bigint * interval '1 microsecond') AS expired_old,
-               count(*) FILTER (WHERE status = 'PENDING' AND (%[2]s < now() - $4::bigint * interval '1 microsecond'
-                                OR (%[2]s IS NULL AND %[3]s < now() - $4::bigint * interval '1 microsecond'))) AS stuck,
-               min(CASE WHEN %[2]s IS NULL THEN %[3]s ELSE %[2]s END) FILTER (WHERE status = 'PENDING' AND (%[2]s IS NULL OR %[2]s < now())) AS oldest
-        FROM %[1]s WHERE %[4]s) AS r ORDER BY g.k),
-       clock_timestamp()`, table, leased, updated, pred, size)
+        SELECT `+fmt.Sprintf(counts, leased, updated)+`
+        FROM %[1]s WHERE %[2]s) AS r ORDER BY g.k),
+       clock_timestamp()`, table, pred, size)
 	b.Queue(sql, c.width, q.ks, expiredAfter.Microseconds(), stuckAfter.Microseconds(), oids).QueryRow(func(row pgx.Row) error {
 		var t0, t1 time.Time
 		var rows []censusRow
@@ -148,7 +161,11 @@ func (r *censusRow) ScanIndex(i int) any {
 // yet are taken to hold as many PENDING rows as those read, range for range
 // (every range spans as many pages, or ids before PostgreSQL 14).
 func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration) pendingFigures {
+	var f pendingFigures
 	for k, r := range q.got {
+		if was, ok := c.counts[k]; ok && r.pending < was.pending {
+			f.freed = true // a range lost PENDING rows since its last read
+		}
 		r.at = now
 		c.counts[k] = r
 	}
@@ -169,7 +186,6 @@ func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration
 	for c.grown < c.ranges && c.counted(c.grown) {
 		c.grown++
 	}
-	var f pendingFigures
 	oldest := now
 	// The sums and the ranges read, of the table as it was at the first
 	// poll (0) and of what it grew by (1).
@@ -221,10 +237,22 @@ func (c *census) absorb(q *censusQuery, now time.Time, countBudget time.Duration
 	f.stuck = sum[0].stuck + sum[1].stuck
 	f.ageS = now.Sub(oldest).Seconds()
 	f.estimated = f.estimated || oldest.Before(now)
+	f.covered = c.covered()
 	budget := millis(countBudget)
 	c.per.adjust(q.rotMS, budget)
 	return f
 }
+
+// covered is the share of the table's ranges read at least once.
+func (c *census) covered() float64 {
+	if c.ranges <= 0 {
+		return 0
+	}
+	return float64(min(int64(len(c.counts)), c.ranges)) / float64(c.ranges)
+}
+
+// whole: every range of the table has been read.
+func (c *census) whole() bool { return c.ranges > 0 && c.read >= c.ranges }
 
 // counted: range k has been read.
 func (c *census) counted(k int64) bool {

@@ -174,9 +174,13 @@ type Collector struct {
 	total    totalCounter
 	pending  pendingCounter
 	census   census
-	holders  holderSample
-	claims   claimReader
-	fleet    fleetReader
+	// leaseless counts the PENDING rows without a lease by ranges of the
+	// table while there are too many to count from the index (see
+	// pendingCounter.ranged).
+	leaseless census
+	holders   holderSample
+	claims    claimReader
+	fleet     fleetReader
 
 	mu     sync.Mutex // guards what follows
 	series map[string]*History
@@ -270,8 +274,34 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		return nil, err
 	}
 	c.census.byTID = c.t.version >= 140000
+	c.leaseless = census{byTID: c.census.byTID, leaseless: true}
+	c.pending.canRange = c.census.byTID || c.t.idIndex
 	c.claims.probe(ctx, pool, c.t.name)
+	openSessions(ctx, pool.Raw(), int(pcfg.MaxConns))
 	return c, nil
+}
+
+// openSessions opens the poll's sessions before the first poll, so that the
+// first poll's time is its statements', not the sessions' start (a backend
+// starting reads the catalog afresh: tens of milliseconds each, at once).
+// A session that fails to open here is opened by the poll, which reports
+// the error.
+func openSessions(ctx context.Context, pool *pgxpool.Pool, n int) {
+	conns := make([]*pgxpool.Conn, n)
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Go(func() {
+			if c, err := pool.Acquire(ctx); err == nil {
+				conns[i] = c
+			}
+		})
+	}
+	wg.Wait()
+	for _, c := range conns {
+		if c != nil {
+			c.Release()
+		}
+	}
 }
 
 // Close releases the collector's connections.
@@ -524,10 +554,17 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	partsQ := c.queueParts(serverBatch, start)
 	alerts := c.cfg.Alerts
 	var pendingQ *pendingQuery
-	var censusQ *censusQuery
+	var censusQ, noneQ *censusQuery
 	if c.byIndex() {
 		pendingQ = c.pending.plan(start, alerts.ExpiredAfter, c.cfg.StuckAfter)
 		pendingQ.queue(pendingBatch, c.t.qualified, c.t.pendingIndex, c.t.hasUpdated, c.pending.slices)
+		// The table's ranges wait for the walk to cover the index: the two
+		// on one session at once made a poll of the first pass cost both.
+		if c.pending.ranged && !c.pending.discovering() {
+			noneQ = c.leaseless.plan()
+			c.leaseless.per.ceiling = true
+			noneQ.queue(pendingBatch, &c.leaseless, c.t.qualified, c.t.leaves, true, c.t.hasUpdated, alerts.ExpiredAfter, c.cfg.StuckAfter)
+		}
 	} else {
 		censusQ = c.census.plan()
 		censusQ.queue(pendingBatch, &c.census, c.t.qualified, c.t.leaves, c.t.hasLeased, c.t.hasUpdated, alerts.ExpiredAfter, c.cfg.StuckAfter)
@@ -566,7 +603,21 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	var pendingFig pendingFigures
 	now := start
 	if pendingQ != nil {
+		if noneQ != nil {
+			// Its first pass under the walk's budget, then a census's.
+			budget := max(c.cfg.CountBudget, censusBudget)
+			if !c.leaseless.whole() {
+				budget = discoveryBudgetMS * time.Millisecond
+			}
+			c.pending.takeRanged(c.leaseless.absorb(noneQ, start, budget), start, c.leaseless.whole())
+			if !c.pending.ranged { // few again: forget the ranges
+				c.leaseless = census{byTID: c.leaseless.byTID, leaseless: true}
+			}
+		}
 		pendingFig = c.pending.absorb(pendingQ, start, c.cfg.CountBudget)
+		if c.pending.ranged {
+			pendingFig.covered = min(pendingFig.covered, c.leaseless.covered())
+		}
 		if !pendingQ.server.IsZero() {
 			now = pendingQ.server
 		}
@@ -606,6 +657,8 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	}
 	counts.Pending, counts.Expired, counts.ExpiredOld, counts.Stuck = pendingFig.pending, pendingFig.expired, pendingFig.expiredOld, pendingFig.stuck
 	counts.PendingAgeS = pendingFig.ageS
+	counted := min(unusedFig.covered, pendingFig.covered)
+	counts.Counted = &counted
 	if pendingFig.oldest != nil {
 		age := now.Sub(*pendingFig.oldest).Seconds()
 		counts.OldestPendingS = &age
@@ -647,6 +700,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 func (c *Collector) backOff() {
 	c.pending.backOff()
 	c.census.backOff()
+	c.leaseless.backOff()
 	c.unused.backOff()
 	c.total.backOff()
 	for i := range c.parts.counters {

@@ -538,8 +538,12 @@ func TestHoldersInTheSnapshot(t *testing.T) {
 	b.exec(t, `UPDATE resource_pool SET status = 'PENDING', holder = 'pod-b', lease_token = 1,
 	           leased_until = now() - interval '1 minute', updated_at = now() - interval '2 minutes' WHERE id > 30 AND id <= 40`)
 	c := b.collector(t, collector.Config{})
+	// Read from the second poll on (the first pays for its sessions' start).
 	s, err := c.Poll(b.ctx)
-	if err != nil {
+	if err != nil || len(s.Holders) != 0 {
+		t.Fatalf("first poll: holders %+v (%v), want none yet", s.Holders, err)
+	}
+	if s, err = c.Poll(b.ctx); err != nil {
 		t.Fatal(err)
 	}
 	if len(s.Holders) != 2 || s.Holders[0].Holder != "pod-a" || s.Holders[0].Pending != 30 || s.Holders[0].Expired != 0 ||
@@ -552,9 +556,10 @@ func TestHoldersInTheSnapshot(t *testing.T) {
 	}
 	b.exec(t, `ALTER TABLE resource_pool DROP COLUMN holder`)
 	c2 := b.collector(t, collector.Config{})
-	s, err = c2.Poll(b.ctx)
-	if err != nil {
-		t.Fatal(err)
+	for range 2 {
+		if s, err = c2.Poll(b.ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if len(s.Holders) != 0 || !strings.Contains(strings.Join(s.Limits, "\n"), "no holder column") {
 		t.Fatalf("without a holder column: %+v %v", s.Holders, s.Limits)
@@ -715,8 +720,8 @@ func TestTheWalkIsTimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, ms := collector.LastWalk(c)
-	if n < 8_000 {
-		t.Fatalf("the first poll walked %d entries; want its first walk of 8,192", n)
+	if n < 2_000 {
+		t.Fatalf("the first poll walked %d entries; want its first walk of 2,048", n)
 	}
 	if floor := float64(n) * 30e-6; ms < floor {
 		t.Fatalf("a walk of %d entries timed at %.3f ms: under %.1f ms, it was not timed", n, ms, floor)

@@ -54,3 +54,9 @@ func Knockout(name string) (restore func()) {
 
 // ExactRows is the size up to which a pool is counted whole at every poll.
 const ExactRows = exactRows
+
+// CountsByRanges says whether c counts the PENDING rows without a lease by
+// ranges of the table, and how many of the ranges it has read.
+func CountsByRanges(c *Collector) (ranged bool, read, ranges int64) {
+	return c.pending.ranged, c.leaseless.read, c.leaseless.ranges
+}

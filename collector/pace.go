@@ -16,14 +16,30 @@ var knockout struct{ settled, cuts, floor bool }
 // UNUSED sweep at 4–16 chunks under a 16-client load, where a step a poll
 // keeps it near one. A step of 0 always doubles (the PENDING walk, which
 // covers the index once at start).
+//
+// A pace with a ceiling never plans more work than the last poll's cost
+// says fits in the budget, and above the budget shrinks to what fits: the
+// walk and the reads by ranges, which the goal of 50 ms a poll bounds, not
+// only steers.
 type pace struct {
 	n, lo, hi, step int64
 	slowed          bool
+	ceiling         bool
 }
 
 // adjust paces the next poll from this one's server time ms against
 // budget (both in milliseconds): more under budget, half above twice it.
 func (p *pace) adjust(ms, budget float64) {
+	if p.ceiling && ms > 0 {
+		fits := int64(float64(p.n) * budget / ms)
+		switch {
+		case ms > budget:
+			p.n, p.slowed = max(p.lo, min(p.n-1, fits)), true
+		case ms < budget && p.n < p.hi:
+			p.n = max(p.n, min(p.hi, 2*p.n, fits))
+		}
+		return
+	}
 	switch {
 	case ms < budget && p.n < p.hi && p.slowed && p.step > 0:
 		p.n = min(p.hi, p.n+p.step)

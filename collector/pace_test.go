@@ -38,3 +38,27 @@ func TestPace(t *testing.T) {
 		t.Fatalf("back-off below the floor: %d, want 2", w.n)
 	}
 }
+
+// A pace with a ceiling grows at most to what the last poll's cost says
+// fits in the budget, and above the budget shrinks to it at once (a plain
+// pace waits for twice the budget, then halves).
+func TestPaceCeiling(t *testing.T) {
+	p := pace{n: 100, lo: 10, hi: 10_000, ceiling: true}
+	steps := []struct {
+		ms   float64
+		want int64
+	}{
+		{2, 200},   // cheap: doubles (fits 500)
+		{7, 285},   // would double to 400; fits 285
+		{10, 285},  // at the budget: holds
+		{19, 150},  // above it, under twice it: to what fits
+		{100, 15},  // far above: what fits, not a half
+		{1000, 10}, // never below lo
+	}
+	for i, s := range steps {
+		p.adjust(s.ms, 10)
+		if p.n != s.want {
+			t.Fatalf("step %d (%.0f ms against 10): pace %d, want %d", i, s.ms, p.n, s.want)
+		}
+	}
+}

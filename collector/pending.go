@@ -34,8 +34,12 @@ import (
 // first walks have covered the index, the part not walked is estimated from
 // the index's size in the catalog. Leases that never expire (infinity) are
 // counted apart, in one index descent; PENDING rows without a lease are
-// counted from the index at every poll (every few polls when there are very
-// many), and how long they have waited is read from a sample of them.
+// counted from the index at every poll while there are at most noneCap of
+// them, and how long they have waited is read from a sample of them. When
+// there are more, each would cost a heap fetch of a page the workers keep
+// changing (a leak of 25,000 cost 130 ms on a cold table): they are then
+// counted by ranges of the table in turn, as the census reads a pool
+// without a PENDING index, and their figures are estimated.
 type pendingCounter struct {
 	per    pace           // entries recounted in turn per poll, against the count budget
 	walk   pace           // entries walked per poll, against walkBudgetMS
@@ -48,8 +52,14 @@ type pendingCounter struct {
 	turnedTo time.Time
 	credit   int64         // entries the rotation has saved for a slice larger than its pace
 	none     leaselessRows // PENDING without a lease
-	skew     time.Duration // the server's clock minus ours, from the last poll
-	polls    int
+	// ranged: there are more PENDING rows without a lease than noneCap, and
+	// the collector counts them by reading the table a range at a time
+	// (see takeRanged); canRange says it can (an index on id, or
+	// PostgreSQL 14's TID range scans), else they are counted whole every
+	// n/noneCap polls. rangedFreed: a range lost some since its last read.
+	ranged, canRange, rangedFreed bool
+	skew                          time.Duration // the server's clock minus ours, from the last poll
+	polls                         int
 	// forever is the count of leases at infinity, read every foreverEvery polls.
 	forever int64
 	// lowSkip counts down the polls until the lowest live lease id is read
@@ -110,7 +120,7 @@ const (
 	lowEvery     = 10      // polls between reads of the lowest live lease id while there are many
 	minPending   = 512     // entries walked or recounted in turn per poll, at least …
 	maxPending   = 262_144 // … and at most
-	initPending  = 8_192   // the first walk: a few ms on a cold index
+	initPending  = 2_048   // the first walk: a cold index costs a page read every few hundred entries
 )
 
 // pendingQuery is the plan of one poll's PENDING statements, and their results.
@@ -123,6 +133,7 @@ type pendingQuery struct {
 	cutSlice           [3]int       // slice holding each cut (-1: none)
 	cutSplit           [3]bool      // the slice holding the cut is split at it (not for runs or slices not counted)
 	none               bool         // count the rows without a lease
+	capped             bool         // count at most noneCap+1 of them
 	askForever, askLow bool
 
 	// results
@@ -148,13 +159,14 @@ type pendingQuery struct {
 // stuckAfter are the alert thresholds.
 func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Duration) *pendingQuery {
 	if p.per.n == 0 {
-		p.per = pace{n: minPending, lo: minPending, hi: maxPending, step: minPending}
-		p.walk = pace{n: initPending, lo: minPending, hi: maxPending}
+		p.per = pace{n: minPending, lo: minPending, hi: maxPending, step: minPending, ceiling: true}
+		p.walk = pace{n: initPending, lo: minPending, hi: maxPending, ceiling: true}
 		p.slices = []pendingSlice{{}}
 	}
 	server := now.Add(p.skew)
 	q := &pendingQuery{walkAt: -1, walk: p.walk.n, cuts: [3]time.Time{server, server.Add(-expiredAfter), server.Add(-stuckAfter)}}
-	q.none = p.none.wait <= 0 || !p.none.counted
+	q.none = !p.ranged && (p.none.wait <= 0 || !p.none.counted)
+	q.capped = p.canRange
 	q.askForever, q.askLow = p.polls%foreverEvery == 0, p.lowSkip <= 0 || p.live <= lowCap
 	p.polls++
 	// Walked: a slice holding a cut that grew too wide (its split would cost
@@ -339,10 +351,14 @@ func (q *pendingQuery) queue(b *pgx.Batch, table, index string, hasUpdated bool,
 	if !q.askLow {
 		low = `(SELECT row(0::bigint, NULL::bigint) WHERE $1::timestamptz IS NULL)`
 	}
-	none := fmt.Sprintf(`(SELECT row((SELECT count(*) FROM %[1]s WHERE status = 'PENDING' AND leased_until IS NULL),
+	count := fmt.Sprintf(`(SELECT count(*) FROM %s WHERE status = 'PENDING' AND leased_until IS NULL)`, table)
+	if q.capped {
+		count = fmt.Sprintf(`(SELECT count(*) FROM (SELECT FROM %s WHERE status = 'PENDING' AND leased_until IS NULL LIMIT %d) AS c)`, table, noneCap+1)
+	}
+	none := fmt.Sprintf(`(SELECT row(%[4]s,
                    count(*), count(*) FILTER (WHERE u < $2::timestamptz), min(u))
         FROM (SELECT %[2]s AS u FROM %[1]s WHERE status = 'PENDING' AND leased_until IS NULL
-              ORDER BY leased_until LIMIT %[3]d) AS x)`, table, updated, noneSample)
+              ORDER BY leased_until LIMIT %[3]d) AS x)`, table, updated, noneSample, count)
 	if !q.none {
 		none = `(SELECT row(0::bigint, 0::bigint, 0::bigint, NULL::timestamptz) WHERE $2::timestamptz IS NULL)`
 	}
@@ -522,6 +538,9 @@ type pendingFigures struct {
 	// noLease is the PENDING rows without a lease (known once counted).
 	noLease      int64
 	noLeaseKnown bool
+	// covered is the share of the PENDING index's entries that the walks
+	// have reached (1 once they cover it).
+	covered float64
 }
 
 // absorb takes the results of q into the counter and returns the figures.
@@ -615,25 +634,40 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 			break
 		}
 	}
-	if q.none {
+	switch {
+	case q.none:
 		freedNone := p.none.counted && q.leaseless.n < p.none.n
 		p.none = q.leaseless
 		p.none.at = now
 		p.none.wait = int(q.leaseless.n / noneCap)
+		if q.capped && q.leaseless.n > noneCap {
+			// More than the cap: at least this many, estimated, until the
+			// ranges of the table have been read.
+			p.ranged, p.none.sampled = true, true
+		}
 		f.freed = f.freed || freedNone
-	} else {
+	case p.ranged:
+		f.freed = f.freed || p.rangedFreed
+	default:
 		p.none.wait--
 	}
-	var keyed int64
+	var keyed, known int64
 	oldest := now
 	exact := true
 	for i := range p.slices {
 		s := &p.slices[i]
 		keyed += s.n
+		if s.known {
+			known += s.n
+		}
 		exact = exact && s.known
 		if s.at.Before(oldest) && !s.settled() { // settled: see plan
 			oldest = s.at
 		}
+	}
+	f.covered = 1
+	if !exact && q.catalog > 0 {
+		f.covered = min(1, float64(known+q.forever)/float64(q.catalog))
 	}
 	if !exact && q.catalog > keyed+q.forever {
 		// The part of the index not walked yet: as large as the catalog says
@@ -682,6 +716,19 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	return f
 }
 
+// takeRanged takes the count of the rows without a lease from the ranges
+// of the table read so far (f from the leaseless census; whole: every
+// range has been read). Once there are few again, the next poll counts
+// them from the index.
+func (p *pendingCounter) takeRanged(f pendingFigures, now time.Time, whole bool) {
+	at := now.Add(-time.Duration(f.ageS * float64(time.Second)))
+	p.none = leaselessRows{n: f.pending, stuck: f.stuck, oldest: f.oldest, at: at, counted: true, sampled: true}
+	p.rangedFreed = f.freed
+	if whole && f.pending <= noneCap/2 {
+		p.ranged = false
+	}
+}
+
 // backOff: the poll failed; the next one walks a quarter as far and
 // recounts half as many entries in turn.
 func (p *pendingCounter) backOff() {
@@ -700,9 +747,19 @@ func (p *pendingCounter) backOff() {
 // marked estimated until it is. Under load the walk's time, which counts
 // its wait for a CPU, shrinks the walk.
 const (
-	discoveryBudgetMS = 10
-	walkBudgetMS      = 20
+	discoveryBudgetMS = 5
+	walkBudgetMS      = 10
 )
+
+// discovering: the walks have not covered the index yet.
+func (p *pendingCounter) discovering() bool {
+	for i := range p.slices {
+		if !p.slices[i].known {
+			return true
+		}
+	}
+	return false
+}
 
 func uncounted(slices []pendingSlice) bool {
 	for i := range slices {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -331,9 +332,12 @@ func TestHoldersAndBulkReleaseOnAPartitionedPool(t *testing.T) {
 		t.Fatalf("pod-9 holds %d rows (%v)", want, err)
 	}
 	c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
-	s, err := c.Poll(ctx)
-	if err != nil {
-		t.Fatal(err)
+	var s collector.Snapshot
+	for range 2 { // the holders are read from the second poll on
+		var err error
+		if s, err = c.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	found := false
 	for _, h := range s.Holders {
@@ -457,5 +461,60 @@ func TestSmallPoolsAreCountedExactly(t *testing.T) {
 		if e, which := worstError(s.Pool, countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)); e != 0 {
 			t.Errorf("%d rows: %s off by %.2f%% right after a change", c.rows, which, e)
 		}
+	}
+}
+
+// More PENDING rows without a lease than the index count takes at every
+// poll (noneCap) are counted by ranges of the table in turn, their figures
+// marked estimated, and match the table once every range has been read;
+// once most are released the index counts them again.
+func TestManyRowsWithoutALeaseAreCountedByRanges(t *testing.T) {
+	for _, sh := range []shape{shapes[1], shapes[3]} {
+		t.Run(sh.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			schema := sh.build(t, 60_000) // 1,500 PENDING rows without a lease
+			conn := pgtest.Conn(t, schema)
+			c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
+			cfg := c.Config()
+			var noLease int64
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM resource_pool WHERE status = 'PENDING' AND leased_until IS NULL`).Scan(&noLease); err != nil {
+				t.Fatal(err)
+			}
+			exact := func(when string, byRanges bool) {
+				t.Helper()
+				var s collector.Snapshot
+				for i := 0; i < 100; i++ {
+					var err error
+					if s, err = c.Poll(ctx); err != nil {
+						t.Fatal(err)
+					}
+					tr := countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
+					e, _ := worstError(s.Pool, tr)
+					ranged, _, _ := collector.CountsByRanges(c)
+					if e == 0 && s.Pool.NoLease != nil && *s.Pool.NoLease == noLease && ranged == byRanges {
+						if byRanges && !slices.Contains(s.Pool.Estimated, "pending") {
+							t.Fatalf("%s: pending not marked estimated", when)
+						}
+						return
+					}
+				}
+				e, which := worstError(s.Pool, countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter))
+				ranged, read, ranges := collector.CountsByRanges(c)
+				t.Fatalf("%s, after 100 polls: off by %.2f%% (%s), without a lease %v, want %d; by ranges %v (%d of %d read), want %v",
+					when, e, which, s.Pool.NoLease, noLease, ranged, read, ranges, byRanges)
+			}
+			exact("by ranges", true)
+			tag, err := conn.Exec(ctx, `UPDATE resource_pool SET status = 'UNUSED', updated_at = now()
+				WHERE status = 'PENDING' AND leased_until IS NULL AND (id / 10) % 40 <> 1`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			noLease -= tag.RowsAffected()
+			if noLease <= 0 || noLease > 500 {
+				t.Fatalf("%d rows without a lease left, want a few", noLease)
+			}
+			exact("from the index again", false)
+		})
 	}
 }

@@ -22,7 +22,9 @@ type Pool struct {
 	ExpiredOld int64 `json:"expired_old"`
 	// NoLease: PENDING ids with no lease at all (leased_until NULL): a
 	// holder that dies leaks them for good. Null where pooltop cannot count
-	// them at every poll (a pool without a PENDING index, above 10,000 rows).
+	// them (a pool without a PENDING index, above 10,000 rows); estimated
+	// with pending when there are more than 1,024 (read by ranges of the
+	// table in turn).
 	NoLease *int64 `json:"no_lease"`
 	// OldestPendingS: how long the longest-waiting PENDING row that nothing
 	// frees has waited: since its lease expired, or, without a lease, since
@@ -43,7 +45,13 @@ type Pool struct {
 	Estimated    []string `json:"estimated"`     // which of the counts above are estimates
 	UnusedAgeS   float64  `json:"unused_age_s"`  // age of the oldest part of the rolling UNUSED recount
 	PendingAgeS  float64  `json:"pending_age_s"` // age of the oldest part of the PENDING counts
-	Total        int64    `json:"total"`
+	// Counted: how much of the pool the counters have read at least once
+	// since start, 0 to 1 (the least of the UNUSED sweep, the walk of the
+	// PENDING index and the reads of the table by ranges). Below 1, the
+	// figures marked estimated are partly extrapolated, not only aged.
+	// Null in recordings made before pooltop read it.
+	Counted *float64 `json:"counted"`
+	Total   int64    `json:"total"`
 	// unusedDelta is the change of UNUSED since the previous poll, from the
 	// chunks counted in both (valid when haveDelta): the burn rate uses it,
 	// so that an estimate being corrected never reads as a burn.

@@ -158,6 +158,7 @@ type unusedFigures struct {
 	estimated bool
 	delta     int64 // change since the previous poll, from chunks counted in both
 	haveDelta bool
+	covered   float64 // share of the id range counted at least once (1: all of it)
 }
 
 // plan decides what the next poll counts.
@@ -445,6 +446,10 @@ func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Durati
 	}
 	f.unused, f.ageS = sum, now.Sub(oldest).Seconds()
 	f.estimated = missing || oldest.Before(now)
+	f.covered = 1
+	if all := top + 1 - head; missing && all > 0 {
+		f.covered = 1 - float64(missingSpan)/float64(all)
+	}
 	return f
 }
 

@@ -273,6 +273,12 @@ func (m Model) viewPool(w int) string {
 	short := fmt.Sprintf("█ %s%s ▓ %s%s%s ▒ %s ░ %s%s · %s%s · %s%s",
 		est(s, "unused"), formatInt(p.Unused), est(s, "pending"), formatInt(p.Pending), pendingAge, formatInt(p.Expired),
 		est(s, "consumed"), formatInt(p.Consumed), stuck, leaked, eta, starved)
+	// While the counters have not read the whole pool once, how far they
+	// are: the ~ figures are partly extrapolated until then.
+	if p.Counted != nil && *p.Counted < 1 {
+		c := fmt.Sprintf("counting %d%% · ", int(100**p.Counted))
+		long, short = c+long, c+short
+	}
 	nums := long
 	if lipgloss.Width(long) > w {
 		nums = short
