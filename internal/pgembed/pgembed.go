@@ -349,8 +349,12 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		db:      opts.Database,
 	}
 
-	if err := s.initdb(ctx, opts, cred); err != nil {
-		return nil, err
+	tmpl := templateDir(binDir, opts.User)
+	if !fromTemplate(tmpl, s.dataDir, cred) {
+		if err := s.initdb(ctx, opts, cred); err != nil {
+			return nil, err
+		}
+		saveTemplate(s.dataDir, tmpl)
 	}
 	var conn *pgx.Conn
 	for attempt := 1; ; attempt++ {
@@ -440,7 +444,7 @@ func (s *Server) initdb(ctx context.Context, opts Options, cred *syscall.Credent
 	// the server listens on 127.0.0.1 only (see startServer) and has no Unix
 	// socket; anyone on this machine can connect, nobody else can.
 	cmd := s.command(ctx, out, cred, syscall.SIGKILL, "initdb",
-		"-D", s.dataDir, "-U", s.user, "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+		append([]string{"-D", s.dataDir, "-U", s.user}, initdbFlags...)...)
 	if err := startChild(cmd); err != nil {
 		return fmt.Errorf("pgembed: starting initdb: %w", err)
 	}

@@ -598,3 +598,54 @@ func TestCrashRestartsOnTheSamePort(t *testing.T) {
 		t.Fatalf("%s left behind after Stop: %v", dir, err)
 	}
 }
+
+// The first start keeps its fresh cluster in the cache directory, and the
+// next start with the same superuser copies it instead of running initdb;
+// the copy is a working server of its own. Another superuser's name gets
+// a template of its own, and POOLTOP_INITDB_CACHE=off keeps none.
+func TestInitdbTemplate(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	templates := func() []string {
+		t.Helper()
+		m, err := filepath.Glob(filepath.Join(cache, "pooltop", "initdb-*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	first := startServer(t, pgembed.Options{})
+	if got := templates(); len(got) != 1 {
+		t.Fatalf("after the first start: templates %v, want one", got)
+	}
+	// The template is what initdb wrote: the second start's data directory
+	// is a copy, so a file marked in the template turns up in it.
+	mark := filepath.Join(templates()[0], "pooltop-template-test")
+	if err := os.WriteFile(mark, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second := startServer(t, pgembed.Options{})
+	if _, err := os.Stat(filepath.Join(second.DataDir(), "pooltop-template-test")); err != nil {
+		t.Fatalf("the second start did not copy the template: %v", err)
+	}
+	for _, srv := range []*pgembed.Server{first, second} {
+		conn, err := pgx.Connect(context.Background(), srv.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(context.Background(), "CREATE TABLE t (id int); INSERT INTO t VALUES (1)"); err != nil {
+			t.Fatalf("server on %d: %v", srv.Port(), err)
+		}
+		conn.Close(context.Background())
+	}
+	startServer(t, pgembed.Options{User: "other"})
+	if got := templates(); len(got) != 2 {
+		t.Fatalf("after a start as another superuser: templates %v, want two", got)
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv("POOLTOP_INITDB_CACHE", "off")
+	startServer(t, pgembed.Options{})
+	if m, _ := filepath.Glob(filepath.Join(os.Getenv("XDG_CACHE_HOME"), "pooltop", "*")); len(m) != 0 {
+		t.Fatalf("with the cache off: %v kept", m)
+	}
+}
