@@ -349,12 +349,11 @@ func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Durati
 		f := *q.head
 		u.floor = &f // lowered or dropped by lowerFloor once PENDING is counted
 	}
-	// Sweep more chunks per poll when polls are cheap, fewer when not.
-	u.per.adjust(millis(q.el), millis(budget))
 	var f unusedFigures
 	if q.head == nil || q.top == nil {
 		f.delta, f.haveDelta = -u.counts.sum(), u.polled
 		u.counts, u.width, u.polled, u.aheadOK = chunks{}, 0, true, false
+		u.per.adjust(millis(q.el), millis(budget))
 		return f
 	}
 	head, top := *q.head, *q.top
@@ -450,6 +449,8 @@ func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Durati
 	if all := top + 1 - head; missing && all > 0 {
 		f.covered = 1 - float64(missingSpan)/float64(all)
 	}
+	// Sweep more chunks per poll when polls are cheap, fewer when not.
+	u.per.adjust(millis(q.el), millis(budget))
 	return f
 }
 

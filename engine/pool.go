@@ -52,10 +52,31 @@ func (e *Engine) Refill(ctx context.Context, count int) (int64, error) {
 	if err := e.db.QueryRow(ctx, "SELECT pg_get_serial_sequence('resource_pool', 'id')").Scan(&seq); err != nil {
 		return 0, dbError("seed", err)
 	}
+	// Into an empty pool with a sequence the first chunk goes without ON
+	// CONFLICT: the speculative insertion it asks for cost a third of the
+	// demo's 200,000-id seed (1.12 s against 0.78 s), and no row can be in
+	// the way but one a producer inserts meanwhile, which fails the
+	// statement; the chunk is then seeded the careful way.
+	plain := false
+	if seq != nil {
+		if err := e.db.QueryRow(ctx, "SELECT NOT EXISTS (SELECT FROM resource_pool)").Scan(&plain); err != nil {
+			return 0, dbError("seed", err)
+		}
+	}
 	var inserted int64
 	for left := count; left > 0; {
 		n := min(left, seedChunk)
 		got := int64(0)
+		if plain {
+			plain = false
+			tag, err := e.db.Exec(ctx, sqlSeedEmpty, *seq, n)
+			switch {
+			case err == nil:
+				got = tag.RowsAffected()
+			case !isUniqueViolation(err, ""):
+				return inserted, dbError("seed", err)
+			}
+		}
 		for try := 0; try < seedRetries && got < int64(n); try++ {
 			added, err := e.seedChunk(ctx, seq, int64(n)-got)
 			if err != nil {
@@ -120,6 +141,11 @@ INSERT INTO resource_pool (id, identifier)
 SELECT n, 'res-' || lpad(n::text, greatest(10, length(n::text)), '0')
 FROM (SELECT nextval($1::regclass) AS n FROM generate_series(1, $2::bigint)) AS ids
 ON CONFLICT DO NOTHING`
+
+	sqlSeedEmpty = `
+INSERT INTO resource_pool (id, identifier)
+SELECT n, 'res-' || lpad(n::text, greatest(10, length(n::text)), '0')
+FROM (SELECT nextval($1::regclass) AS n FROM generate_series(1, $2::bigint)) AS ids`
 
 	sqlSeedPastMax = `
 INSERT INTO resource_pool (id, identifier)

@@ -199,3 +199,44 @@ func TestSeedSaysWhySequenceIsBehind(t *testing.T) {
 		t.Fatalf("seed after moving the sequence on as told: added %d (%v)", n, err)
 	}
 }
+
+// A seed into an empty pool inserts without ON CONFLICT; a row that a
+// producer inserts meanwhile and that takes an identifier the seed makes
+// fails that statement, and the seed makes its ids the careful way: it
+// still adds exactly what it was asked for, every identifier once.
+func TestSeedIntoAnEmptyPoolMeetsAProducer(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 0, pgtest.Options{})
+	producer := pgtest.PeerTx(t, ctx, db.Schema)
+	// Uncommitted: invisible to the seed's look at the pool, in the way of
+	// its first identifier.
+	if _, err := producer.Exec(ctx, "INSERT INTO resource_pool (id, identifier) OVERRIDING SYSTEM VALUE VALUES (1000000, 'res-0000000001')"); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		n   int64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := db.Engine.Seed(ctx, 10)
+		done <- result{n, err}
+	}()
+	// The seed's plain insert waits on the producer's uncommitted
+	// identifier; once the producer commits, that insert fails.
+	pgtest.Eventually(t, "the seed waits on the producer's row", 10*time.Second, func() bool {
+		var waiting bool
+		err := pgtest.PoolQueryRow(ctx, db.Schema, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO resource_pool%')`, &waiting)
+		return err == nil && waiting
+	})
+	if err := producer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.n != 10 {
+		t.Fatalf("seed of 10 beside a producer: added %d (%v)", r.n, r.err)
+	}
+	if rows, distinct := identifiers(t, ctx, db.Schema); rows != 11 || distinct != 11 {
+		t.Fatalf("%d rows, %d distinct identifiers; want 11 of each", rows, distinct)
+	}
+}

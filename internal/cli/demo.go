@@ -130,21 +130,24 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return usageError{err}
 	}
-	wl.Start(ctx)
-	defer wl.Stop()
-
+	// The workers start once the first poll has returned: the collector's
+	// first statements, on sessions that read the catalog afresh, took
+	// twice as long behind 16 workers on 2 cores, and the first figures
+	// are the pool as seeded, exact.
 	col, err := collector.New(ctx, collector.Config{DSN: d.dsn, Table: g.schema + ".resource_pool",
 		Alerts: collector.AlertConfig{ExpiredAfter: cfg.ReaperInterval + cfg.ReaperGrace}, Workload: wl})
 	if err != nil {
 		return err
 	}
 	defer col.Close()
+	defer wl.Stop()
 	st.Workload, st.Collector = wl, col
 	src, err := o.watch.sink.tap(g, col, metrics, "demo", o.watch.interval)
 	if err != nil {
 		return err
 	}
 	defer src.close()
+	src.afterFirst = func() { wl.Start(ctx) }
 
 	server := ""
 	if d.embedded != nil {

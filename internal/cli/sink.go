@@ -155,6 +155,11 @@ type tapped struct {
 
 	mu     sync.Mutex
 	recErr error // the recording stopped on this error
+
+	// afterFirst runs once the first poll has returned (the demo starts
+	// its workers then: see demoOptions.run).
+	afterFirst func()
+	first      sync.Once
 }
 
 // tap opens --record (the header names col's server and table) and
@@ -184,6 +189,9 @@ func (t *tapped) close() error {
 // limits rather than failing the poll.
 func (t *tapped) Poll(ctx context.Context) (collector.Snapshot, error) {
 	s, err := t.Collector.Poll(ctx)
+	if t.afterFirst != nil {
+		t.first.Do(t.afterFirst)
+	}
 	if err != nil {
 		if t.metrics != nil && ctx.Err() == nil {
 			t.metrics.exp.ObserveError()
