@@ -664,3 +664,103 @@ func backendCPU(ctx context.Context, col *collector.Collector) int64 {
 	}
 	return sum
 }
+
+// BenchmarkWatchMinute is the minute the issue measured: a collector that
+// has never polled watches each shape for 60 polls a second apart, while
+// 4 pgbench clients claim ids with 30 s leases (so that from poll 30 or so
+// the first leases expire and stay PENDING). It reports the slowest poll
+// and the median, by wall time and by the CPU of the collector's backends,
+// the median of polls 41-60 (after the leases expire), and the claimers'
+// rate while watched against the minute before and the 20 s after, from
+// the rows' updated_at (claims per second, each row is claimed once).
+//
+//	POOLTOP_BENCH_ROWS=10000000 go test -run '^$' -bench 'WatchMinute/leak' -benchtime 1x -timeout 60m ./collector/
+func BenchmarkWatchMinute(b *testing.B) {
+	rows := benchRows(b)
+	ctx := context.Background()
+	for _, sh := range shapes {
+		b.Run(sh.name, func(b *testing.B) {
+			schema := sh.build(b, rows)
+			conn := pgtest.Conn(b, schema)
+			script := "WITH c AS (UPDATE resource_pool SET status = 'PENDING', leased_until = now() + interval '30 seconds', updated_at = now()" +
+				" WHERE id = (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id)" +
+				" SELECT coalesce((SELECT id FROM c), 0) AS id \\gset\n"
+			var began time.Time
+			if err := conn.QueryRow(ctx, "SELECT now()").Scan(&began); err != nil {
+				b.Fatal(err)
+			}
+			const quietBefore, watched, quietAfter = 20 * time.Second, 60 * time.Second, 20 * time.Second
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if _, err := pgbench.Run(ctx, pgbench.Options{DSN: pgtest.DSN(), Schema: schema, Script: script, Clients: 4,
+					Duration: quietBefore + watched + quietAfter + 5*time.Second}); err != nil {
+					b.Error(err)
+				}
+			}()
+			b.ResetTimer()
+			time.Sleep(quietBefore)
+			col := newCollector(b, ctx, collector.Config{Table: schema + ".resource_pool"})
+			var from, to time.Time
+			if err := conn.QueryRow(ctx, "SELECT now()").Scan(&from); err != nil {
+				b.Fatal(err)
+			}
+			var ms, cpu []float64
+			tick := time.NewTicker(time.Second)
+			for range 60 {
+				before := backendCPU(ctx, col)
+				s, err := col.Poll(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ms = append(ms, s.PollMS)
+				if after := backendCPU(ctx, col); before >= 0 && after >= before {
+					cpu = append(cpu, float64(after-before)/1e6)
+				}
+				<-tick.C
+			}
+			tick.Stop()
+			if err := conn.QueryRow(ctx, "SELECT now()").Scan(&to); err != nil {
+				b.Fatal(err)
+			}
+			col.Close()
+			<-done
+			b.StopTimer()
+			var left int64
+			if err := conn.QueryRow(ctx, "SELECT count(*) FROM resource_pool WHERE status = 'UNUSED'").Scan(&left); err != nil || left == 0 {
+				b.Fatalf("the claimers emptied the pool (%v): raise POOLTOP_BENCH_ROWS", err)
+			}
+			// Claims a second in each period, the first 3 s of the load
+			// (pgbench's start) left out.
+			rate := func(lo, hi time.Time) float64 {
+				var n int64
+				var secs float64
+				err := conn.QueryRow(ctx, `SELECT count(*), extract(epoch FROM $2::timestamptz - $1::timestamptz)
+					FROM resource_pool WHERE updated_at >= $1 AND updated_at < $2 AND status = 'PENDING'`, lo, hi).Scan(&n, &secs)
+				if err != nil || secs <= 0 {
+					b.Fatalf("claims between %v and %v: %v", lo, hi, err)
+				}
+				return float64(n) / secs
+			}
+			quiet := (rate(began.Add(3*time.Second), from) + rate(to, to.Add(quietAfter-2*time.Second))) / 2
+			polled := rate(from, to)
+			late := append([]float64(nil), ms[40:]...)
+			sort.Float64s(late)
+			wall := append([]float64(nil), ms...)
+			sort.Float64s(wall)
+			b.ReportMetric(wall[len(wall)-1], "max_ms")
+			b.ReportMetric(wall[len(wall)/2], "p50_ms")
+			b.ReportMetric(late[len(late)/2], "p50_41_60_ms")
+			if len(cpu) > 0 {
+				sort.Float64s(cpu)
+				b.ReportMetric(cpu[len(cpu)-1], "cpu_max_ms")
+				b.ReportMetric(cpu[len(cpu)/2], "cpu_p50_ms")
+			}
+			b.ReportMetric(quiet, "quiet_claims/s")
+			b.ReportMetric(polled/quiet, "watched_ratio")
+			if os.Getenv("POOLTOP_BENCH_VERBOSE") != "" {
+				fmt.Fprintf(os.Stderr, "%s: polls (wall ms) %v\n", sh.name, ms)
+			}
+		})
+	}
+}
