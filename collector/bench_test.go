@@ -689,6 +689,10 @@ func BenchmarkWatchMinute(b *testing.B) {
 			if err := conn.QueryRow(ctx, "SELECT now()").Scan(&began); err != nil {
 				b.Fatal(err)
 			}
+			if os.Getenv("POOLTOP_BENCH_VERBOSE") != "" {
+				_, _ = conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+				_, _ = conn.Exec(ctx, "SELECT pg_stat_statements_reset()")
+			}
 			const quietBefore, watched, quietAfter = 20 * time.Second, 60 * time.Second, 20 * time.Second
 			done := make(chan struct{})
 			go func() {
@@ -760,6 +764,21 @@ func BenchmarkWatchMinute(b *testing.B) {
 			b.ReportMetric(polled/quiet, "watched_ratio")
 			if os.Getenv("POOLTOP_BENCH_VERBOSE") != "" {
 				fmt.Fprintf(os.Stderr, "%s: polls (wall ms) %v\n", sh.name, ms)
+				// The statements that took the most server time (the claims'
+				// among them), where pg_stat_statements is loaded.
+				rows, err := conn.Query(ctx, `SELECT calls, round(total_exec_time::numeric, 1), round(total_plan_time::numeric, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+					FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT 12`)
+				if err == nil {
+					for rows.Next() {
+						var calls int64
+						var exec, plan float64
+						var q string
+						if rows.Scan(&calls, &exec, &plan, &q) == nil {
+							fmt.Fprintf(os.Stderr, "  %6d calls %9.1f ms exec %7.1f ms plan  %s\n", calls, exec, plan, q)
+						}
+					}
+					rows.Close()
+				}
 			}
 		})
 	}

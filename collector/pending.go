@@ -118,6 +118,7 @@ const (
 	noneSample   = 256     // rows without a lease read from the table per poll, for their age
 	foreverEvery = 30      // leases at infinity are counted every this many polls
 	lowEvery     = 10      // polls between reads of the lowest live lease id while there are many
+	firstNoneCap = 64      // rows without a lease the first poll counts at most (a heap fetch each, cold)
 	minPending   = 512     // entries walked or recounted in turn per poll, at least …
 	maxPending   = 262_144 // … and at most
 	initPending  = 2_048   // the first walk: a cold index costs a page read every few hundred entries
@@ -133,7 +134,8 @@ type pendingQuery struct {
 	cutSlice           [3]int       // slice holding each cut (-1: none)
 	cutSplit           [3]bool      // the slice holding the cut is split at it (not for runs or slices not counted)
 	none               bool         // count the rows without a lease
-	capped             bool         // count at most noneCap+1 of them
+	capped             bool         // count at most cap of them …
+	cap                int64        // … noneCap+1, or firstNoneCap at the first poll
 	askForever, askLow bool
 
 	// results
@@ -166,7 +168,10 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	server := now.Add(p.skew)
 	q := &pendingQuery{walkAt: -1, walk: p.walk.n, cuts: [3]time.Time{server, server.Add(-expiredAfter), server.Add(-stuckAfter)}}
 	q.none = !p.ranged && (p.none.wait <= 0 || !p.none.counted)
-	q.capped = p.canRange
+	q.capped, q.cap = p.canRange, noneCap+1
+	if p.polls == 0 { // the first poll
+		q.cap = firstNoneCap
+	}
 	q.askForever, q.askLow = p.polls%foreverEvery == 0, p.lowSkip <= 0 || p.live <= lowCap
 	p.polls++
 	// Walked: a slice holding a cut that grew too wide (its split would cost
@@ -353,7 +358,7 @@ func (q *pendingQuery) queue(b *pgx.Batch, table, index string, hasUpdated bool,
 	}
 	count := fmt.Sprintf(`(SELECT count(*) FROM %s WHERE status = 'PENDING' AND leased_until IS NULL)`, table)
 	if q.capped {
-		count = fmt.Sprintf(`(SELECT count(*) FROM (SELECT FROM %s WHERE status = 'PENDING' AND leased_until IS NULL LIMIT %d) AS c)`, table, noneCap+1)
+		count = fmt.Sprintf(`(SELECT count(*) FROM (SELECT FROM %s WHERE status = 'PENDING' AND leased_until IS NULL LIMIT %d) AS c)`, table, q.cap)
 	}
 	none := fmt.Sprintf(`(SELECT row(%[4]s,
                    count(*), count(*) FILTER (WHERE u < $2::timestamptz), min(u))
@@ -640,7 +645,12 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		p.none = q.leaseless
 		p.none.at = now
 		p.none.wait = int(q.leaseless.n / noneCap)
-		if q.capped && q.leaseless.n > noneCap {
+		switch {
+		case q.capped && q.cap <= noneCap && q.leaseless.n >= q.cap:
+			// The first poll's short look found many: at least this many,
+			// estimated; the next poll looks further.
+			p.none.sampled, p.none.wait = true, 0
+		case q.capped && q.leaseless.n > noneCap:
 			// More than the cap: at least this many, estimated, until the
 			// ranges of the table have been read.
 			p.ranged, p.none.sampled = true, true
@@ -747,8 +757,8 @@ func (p *pendingCounter) backOff() {
 // marked estimated until it is. Under load the walk's time, which counts
 // its wait for a CPU, shrinks the walk.
 const (
-	discoveryBudgetMS = 5
-	walkBudgetMS      = 10
+	discoveryBudgetMS = 3
+	walkBudgetMS      = 5
 )
 
 // discovering: the walks have not covered the index yet.
