@@ -110,7 +110,8 @@ func (q *censusQuery) queue(b *pgx.Batch, c *census, table string, oids []uint32
 	size := "(SELECT max(pg_relation_size(o)) / current_setting('block_size')::bigint FROM unnest($5::oid[]) AS o)"
 	if !c.byTID {
 		pred = "id >= g.k * $1::bigint AND id < (g.k + 1) * $1::bigint"
-		size = fmt.Sprintf("(SELECT coalesce(max(id), 0) + 1 FROM %s)", table)
+		// ($5, the leaves, only referenced: every argument needs a parameter.)
+		size = fmt.Sprintf("(SELECT coalesce(max(id), 0) + 1 FROM %s WHERE $5::oid[] IS NOT NULL)", table)
 	}
 	// A row nothing frees: a lease expired longer ago than the stuck
 	// threshold, or no lease and unchanged for that long.

@@ -276,7 +276,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	c.census.byTID = c.t.version >= 140000
 	c.leaseless = census{byTID: c.census.byTID, leaseless: true}
 	c.pending.canRange = c.census.byTID || c.t.idIndex
-	c.claims.probe(ctx, pool, c.t.name)
+	c.claims.probe(ctx, pool, c.t.name, c.t.version)
 	openSessions(ctx, pool.Raw(), int(pcfg.MaxConns))
 	return c, nil
 }

@@ -134,7 +134,7 @@ FROM pg_class c WHERE c.oid = ANY($2)`, t.oid, t.leaves).Scan(&avOff, &opts)
 	// pg_stat_statements, where it is installed and readable.
 	var calls, locking int64
 	var total, worst float64
-	err = c.pool.QueryRow(ctx, sqlClaimStatements, claimPattern(c.t.name)).Scan(&calls, &total, &worst, &locking, nil, nil) // nil: the queryids are not needed here
+	err = c.pool.QueryRow(ctx, statementsSQL(sqlClaimStatements, c.t.version), claimPattern(c.t.name)).Scan(&calls, &total, &worst, &locking, nil, nil) // nil: the queryids are not needed here
 	mean := 0.0
 	if calls > 0 {
 		mean = total / float64(calls)

@@ -60,6 +60,7 @@ FROM pg_stat_statements(false) WHERE queryid = ANY($1::bigint[] || $2::bigint[])
 // claimReader keeps the previous reading between polls.
 type claimReader struct {
 	available bool // pg_stat_statements is there and readable
+	version   int  // server_version_num (the view's columns changed in 13)
 	polls     int
 	at        time.Time
 	calls     int64
@@ -82,9 +83,18 @@ func claimPattern(table string) string {
 
 // probe finds whether pg_stat_statements can be read here; table is the
 // pool table's name, which the claim statements name.
-func (r *claimReader) probe(ctx context.Context, pool *engine.Pool, table string) {
-	r.pattern = claimPattern(table)
-	r.available = pool.QueryRow(ctx, sqlClaimStatements, r.pattern).Scan(nil, nil, nil, nil, nil, nil) == nil
+func (r *claimReader) probe(ctx context.Context, pool *engine.Pool, table string, version int) {
+	r.pattern, r.version = claimPattern(table), version
+	r.available = pool.QueryRow(ctx, statementsSQL(sqlClaimStatements, version), r.pattern).Scan(nil, nil, nil, nil, nil, nil) == nil
+}
+
+// statementsSQL is sql for the server's version of pg_stat_statements:
+// before PostgreSQL 13 its times are total_time and max_time.
+func statementsSQL(sql string, version int) string {
+	if version >= 130000 {
+		return sql
+	}
+	return strings.NewReplacer("total_exec_time", "total_time", "max_exec_time", "max_time").Replace(sql)
 }
 
 // claimQuery is one poll's reading (nil: not this poll).
@@ -94,6 +104,7 @@ type claimQuery struct {
 	total, max     float64
 	skip, lock     []int64
 	pattern        string
+	version        int // server_version_num
 }
 
 func (r *claimReader) plan(now time.Time) *claimQuery {
@@ -111,7 +122,7 @@ func (r *claimReader) plan(now time.Time) *claimQuery {
 	// While none is known (a watcher started before the workload's first
 	// claim), the texts are read at every reading.
 	learn := len(r.skip)+len(r.lock) == 0 || now.Sub(r.learned) >= every
-	return &claimQuery{learn: learn, skip: r.skip, lock: r.lock, pattern: r.pattern}
+	return &claimQuery{learn: learn, skip: r.skip, lock: r.lock, pattern: r.pattern, version: r.version}
 }
 
 func (q *claimQuery) queue(b *pgx.Batch) {
@@ -119,12 +130,12 @@ func (q *claimQuery) queue(b *pgx.Batch) {
 		return
 	}
 	if q.learn {
-		b.Queue(sqlClaimStatements, q.pattern).QueryRow(func(row pgx.Row) error {
+		b.Queue(statementsSQL(sqlClaimStatements, q.version), q.pattern).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&q.calls, &q.total, &q.max, &q.locking, &q.skip, &q.lock)
 		})
 		return
 	}
-	b.Queue(sqlClaimCounters, q.skip, q.lock).QueryRow(func(row pgx.Row) error { return row.Scan(&q.calls, &q.total, &q.max, &q.locking) })
+	b.Queue(statementsSQL(sqlClaimCounters, q.version), q.skip, q.lock).QueryRow(func(row pgx.Row) error { return row.Scan(&q.calls, &q.total, &q.max, &q.locking) })
 }
 
 // absorb turns two readings into rates; it returns the newest figures.

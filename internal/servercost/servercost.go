@@ -31,12 +31,17 @@ type Sampler struct {
 	conn       *pgx.Conn
 	pgss       string // the pg_stat_statements view, schema-qualified; "" if absent
 	postmaster int    // the server's postmaster pid on this machine; 0 if not here
+	// modern: pg_stat_statements of PostgreSQL 13 or later, which counts
+	// WAL records and names its time total_exec_time (before: total_time,
+	// no WAL).
+	modern bool
 }
 
 // Sample is the server's counters at one moment.
 type Sample struct {
 	WALBytes   int64 // WAL insert position
 	Statements bool  // the fields below from pg_stat_statements are set
+	HasWAL     bool  // WALRecords is set (PostgreSQL 13 or later)
 	WALRecords int64
 	SharedHit  int64
 	SharedRead int64
@@ -72,6 +77,10 @@ func Open(ctx context.Context, dsn string, createPgss bool) (*Sampler, error) {
 			_, _ = conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public`)
 		}
 	}
+	var version int
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err == nil {
+		s.modern = version >= 130000
+	}
 	var schema string
 	err = conn.QueryRow(ctx, `SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_stat_statements'`).Scan(&schema)
 	if err == nil {
@@ -106,14 +115,18 @@ func (s *Sampler) Take(ctx context.Context) (Sample, error) {
 	}
 	x.WALBytes, _ = strconv.ParseInt(strings.Split(lsn, ".")[0], 10, 64)
 	if s.pgss != "" {
-		err := s.conn.QueryRow(ctx, `SELECT coalesce(sum(wal_records), 0)::bigint, coalesce(sum(shared_blks_hit), 0)::bigint,
-			coalesce(sum(shared_blks_read), 0)::bigint, coalesce(sum(total_exec_time), 0)::float8
+		records, exec := "coalesce(sum(wal_records), 0)::bigint", "total_exec_time"
+		if !s.modern {
+			records, exec = "0::bigint", "total_time"
+		}
+		err := s.conn.QueryRow(ctx, `SELECT `+records+`, coalesce(sum(shared_blks_hit), 0)::bigint,
+			coalesce(sum(shared_blks_read), 0)::bigint, coalesce(sum(`+exec+`), 0)::float8
 			FROM `+s.pgss+` WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).
 			Scan(&x.WALRecords, &x.SharedHit, &x.SharedRead, &x.ExecMS)
 		if err != nil {
 			return x, fmt.Errorf("pg_stat_statements: %w", err)
 		}
-		x.Statements = true
+		x.Statements, x.HasWAL = true, s.modern
 	}
 	if s.postmaster != 0 {
 		if cpu, err := treeCPU(s.postmaster); err == nil {
@@ -133,7 +146,9 @@ func Per(a, b Sample, cycles int64, clientCPU time.Duration) Cost {
 	per := func(v float64) *float64 { v /= n; return &v }
 	c := Cost{WALBytes: float64(b.WALBytes-a.WALBytes) / n}
 	if a.Statements && b.Statements {
-		c.WALRecords = per(float64(b.WALRecords - a.WALRecords))
+		if a.HasWAL && b.HasWAL {
+			c.WALRecords = per(float64(b.WALRecords - a.WALRecords))
+		}
 		c.SharedHit = per(float64(b.SharedHit - a.SharedHit))
 		c.SharedRead = per(float64(b.SharedRead - a.SharedRead))
 		c.ExecUS = per(1000 * (b.ExecMS - a.ExecMS))
