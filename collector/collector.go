@@ -282,10 +282,9 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 }
 
 // openSessions opens the poll's sessions before the first poll, so that the
-// first poll's time is its statements', not the sessions' start (a backend
-// starting reads the catalog afresh: tens of milliseconds each, at once).
-// A session that fails to open here is opened by the poll, which reports
-// the error.
+// first poll's time is its statements', not the start of three sessions at
+// once. A session that fails to open here is opened by the poll, which
+// reports the error.
 func openSessions(ctx context.Context, pool *pgxpool.Pool, n int) {
 	conns := make([]*pgxpool.Conn, n)
 	var wg sync.WaitGroup

@@ -11,11 +11,11 @@ import (
 // The holders panel reads at most holdersRows PENDING rows, in lease order
 // through the partial index on PENDING rows (the longest expired first: the
 // holders an incident is about), every holdersEvery polls. Each row is a
-// heap fetch of a page the workers keep changing, cold on a large pool: on
-// a 10 M-row leak under 4 claimers a reading of 5,000 rows made its poll
-// 180-230 ms where the others took 20. So the first reading, at the second
-// poll (the first pays for its sessions' catalog reads and plans), reads
-// holdersFirst rows, and each one after it twice as many up to holdersRows.
+// heap fetch of a page the workers keep changing, cold on a large pool, so
+// a reading of thousands of rows made its poll many times the others (see
+// docs/benchmarks.md). The first reading, at the second poll (the first
+// pays for its sessions' catalog reads and plans), reads holdersFirst rows,
+// and each one after it twice as many up to holdersRows.
 const (
 	holdersRows  = 1000
 	holdersFirst = 250

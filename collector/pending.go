@@ -37,9 +37,10 @@ import (
 // counted from the index at every poll while there are at most noneCap of
 // them, and how long they have waited is read from a sample of them. When
 // there are more, each would cost a heap fetch of a page the workers keep
-// changing (a leak of 25,000 cost 130 ms on a cold table): they are then
-// counted by ranges of the table in turn, as the census reads a pool
-// without a PENDING index, and their figures are estimated.
+// changing, and a large leak's count alone would make a poll many times its
+// budget: they are then counted by ranges of the table in turn, as the
+// census reads a pool without a PENDING index, and their figures are
+// estimated.
 type pendingCounter struct {
 	per    pace           // entries recounted in turn per poll, against the count budget
 	walk   pace           // entries walked per poll, against walkBudgetMS

@@ -53,10 +53,10 @@ func (e *Engine) Refill(ctx context.Context, count int) (int64, error) {
 		return 0, dbError("seed", err)
 	}
 	// Into an empty pool with a sequence the first chunk goes without ON
-	// CONFLICT: the speculative insertion it asks for cost a third of the
-	// demo's 200,000-id seed (1.12 s against 0.78 s), and no row can be in
-	// the way but one a producer inserts meanwhile, which fails the
-	// statement; the chunk is then seeded the careful way.
+	// CONFLICT: the speculative insertion it asks for is a third of a
+	// seed's time, and no row can be in the way but one a producer inserts
+	// meanwhile, which fails the statement; the chunk is then seeded the
+	// careful way.
 	plain := false
 	if seq != nil {
 		if err := e.db.QueryRow(ctx, "SELECT NOT EXISTS (SELECT FROM resource_pool)").Scan(&plain); err != nil {

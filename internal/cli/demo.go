@@ -131,9 +131,9 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 		return usageError{err}
 	}
 	// The workers start once the first poll has returned: the collector's
-	// first statements, on sessions that read the catalog afresh, took
-	// twice as long behind 16 workers on 2 cores, and the first figures
-	// are the pool as seeded, exact.
+	// first statements, on sessions that read the catalog afresh, queue
+	// behind busy workers on a small machine, and the first figures are
+	// then the pool as seeded, exact.
 	col, err := collector.New(ctx, collector.Config{DSN: d.dsn, Table: g.schema + ".resource_pool",
 		Alerts: collector.AlertConfig{ExpiredAfter: cfg.ReaperInterval + cfg.ReaperGrace}, Workload: wl})
 	if err != nil {

@@ -15,9 +15,9 @@ import (
 // A fresh cluster is the same at every start: initdb's output depends only
 // on the binaries, the superuser's name and its options. The first Start
 // keeps a copy of it in the user's cache directory, and later starts copy
-// that in place of running initdb again (about 40 MB; a copy takes a tenth
-// of initdb's second). POOLTOP_INITDB_CACHE=off turns this off; deleting
-// the directory is always safe.
+// that in place of running initdb again (about 40 MB, copied in a fraction
+// of initdb's time). POOLTOP_INITDB_CACHE=off turns this off; deleting the
+// directory is always safe.
 
 // templateDir is where the cluster made by these binaries for user is
 // kept, or "" when there is no cache directory or the cache is off.
