@@ -158,25 +158,32 @@ func chaos(t *testing.T, name string, d time.Duration) workload.Summary {
 // A run is a few seconds of the clock, and what the tests assert of it
 // (crashes happened, pauses were fenced) needs cycles, not seconds: on a
 // 2-core machine running other test binaries beside it, a long-lease run
-// once made 26 cycles where 600 are usual, and no worker crashed. A run of
-// fewer than stalledPerSecond cycles a second is run again on a fresh pool
-// (at most twice more), and says so; what it reports is never changed.
+// once made 26 cycles where 600 are usual, and no worker crashed. A run
+// that stalled (see stalledPerSecond) is run again on a fresh pool (at
+// most twice more), and says so; what it reports is never changed.
 func chaosWith(t *testing.T, name string, d time.Duration, override func(*workload.Config)) workload.Summary {
 	b := setup(t, 0)
 	for attempt := 1; ; attempt++ {
 		s := chaosOnce(t, b, name, d, override)
-		if float64(s.Cycles) >= stalledPerSecond*d.Seconds() || attempt == 3 {
+		stalled := float64(s.Cycles) < stalledPerSecond*d.Seconds() || s.DurationS > (d+stalledFor).Seconds()
+		if !stalled || attempt == 3 {
 			return s
 		}
-		t.Logf("%s: %d cycles in %v: the machine stalled; again on a fresh pool", name, s.Cycles, d)
+		t.Logf("%s: %d cycles, %.1f s for a run of %v: the machine stalled; again on a fresh pool", name, s.Cycles, s.DurationS, d)
 		b = &bundle{ctx: b.ctx, eng: pgtest.NewSeeded(t, b.ctx, 0, pgtest.Options{MaxConns: 40}).Engine}
 	}
 }
 
-// stalledPerSecond: a chaos run of the tests making fewer cycles a second
-// did not run (the slowest scenario, local-clock, makes 18 a second under
-// -race on a quiet machine; the stalled run made 9).
-const stalledPerSecond = 10
+// A chaos run of the tests stalled when it made fewer than
+// stalledPerSecond cycles a second of its duration (the slowest scenario,
+// local-clock, makes 18 under -race on a quiet machine; a stalled
+// long-lease run made 9), or took stalledFor longer than its duration (the
+// scenarios take 1-3 s past it to wind down and audit; two stalled runs
+// took 6 and 7).
+const (
+	stalledPerSecond = 10
+	stalledFor       = 5 * time.Second
+)
 
 func chaosOnce(t *testing.T, b *bundle, name string, d time.Duration, override func(*workload.Config)) workload.Summary {
 	sc, err := workload.ScenarioByName(name)
@@ -190,8 +197,8 @@ func chaosOnce(t *testing.T, b *bundle, name string, d time.Duration, override f
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s: cycles %d committed %d fenced %d double %d crashes %d pauses %d lost %d reclaimed %d lag %.0f/%.0f ms expected %v violations %v",
-		name, s.Cycles, s.Committed, s.FencedRejections, s.DoubleFinalizations, s.Crashes, s.Pauses, s.LostIDs,
+	t.Logf("%s: %.1f s, cycles %d committed %d fenced %d double %d crashes %d pauses %d lost %d reclaimed %d lag %.0f/%.0f ms expected %v violations %v",
+		name, s.DurationS, s.Cycles, s.Committed, s.FencedRejections, s.DoubleFinalizations, s.Crashes, s.Pauses, s.LostIDs,
 		s.Reclaimed, s.MaxReclaimLagMS, s.ReclaimBoundMS, s.Expected, s.Violations)
 	return s
 }
