@@ -415,13 +415,7 @@ func BenchmarkMechanisms(b *testing.B) {
 						}
 					}
 					idle := pollTimes(b, ctx, col, 20, 0)
-					done := make(chan struct{})
-					go func() {
-						defer close(done)
-						if _, err := pgbench.Run(ctx, pgbench.Options{DSN: pgtest.DSN(), Schema: schema, Script: script, Clients: 4, Duration: 12 * time.Second}); err != nil {
-							b.Error(err)
-						}
-					}()
+					done := loadInBackground(b, ctx, schema, script, 4, 12*time.Second)
 					time.Sleep(2 * time.Second)
 					cpu0 := serverCPU(b, conn)
 					busy := pollTimes(b, ctx, col, 60, 50*time.Millisecond)
@@ -610,16 +604,7 @@ func BenchmarkFirstPolls(b *testing.B) {
 			// own traffic has read (hint bits set), where the first run paid
 			// the first reads after the bulk build.
 			wfirst, wworst, _, _, _, _ := run(100 * time.Millisecond)
-			script := "WITH c AS (UPDATE resource_pool SET status = 'PENDING', leased_until = now() + interval '30 seconds', updated_at = now()" +
-				" WHERE id = (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id)" +
-				" SELECT coalesce((SELECT id FROM c), 0) AS id \\gset\n"
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				if _, err := pgbench.Run(ctx, pgbench.Options{DSN: pgtest.DSN(), Schema: schema, Script: script, Clients: 4, Duration: 14 * time.Second}); err != nil {
-					b.Error(err)
-				}
-			}()
+			done := loadInBackground(b, ctx, schema, claimWith30sLeases, 4, 14*time.Second)
 			time.Sleep(2 * time.Second)
 			lfirst, lworst, lp50, lcpuWorst, lcpuP50, _ := run(250 * time.Millisecond)
 			<-done
@@ -682,9 +667,6 @@ func BenchmarkWatchMinute(b *testing.B) {
 		b.Run(sh.name, func(b *testing.B) {
 			schema := sh.build(b, rows)
 			conn := pgtest.Conn(b, schema)
-			script := "WITH c AS (UPDATE resource_pool SET status = 'PENDING', leased_until = now() + interval '30 seconds', updated_at = now()" +
-				" WHERE id = (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id)" +
-				" SELECT coalesce((SELECT id FROM c), 0) AS id \\gset\n"
 			var began time.Time
 			if err := conn.QueryRow(ctx, "SELECT now()").Scan(&began); err != nil {
 				b.Fatal(err)
@@ -694,14 +676,7 @@ func BenchmarkWatchMinute(b *testing.B) {
 				_, _ = conn.Exec(ctx, "SELECT pg_stat_statements_reset()")
 			}
 			const quietBefore, watched, quietAfter = 20 * time.Second, 60 * time.Second, 20 * time.Second
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				if _, err := pgbench.Run(ctx, pgbench.Options{DSN: pgtest.DSN(), Schema: schema, Script: script, Clients: 4,
-					Duration: quietBefore + watched + quietAfter + 5*time.Second}); err != nil {
-					b.Error(err)
-				}
-			}()
+			done := loadInBackground(b, ctx, schema, claimWith30sLeases, 4, quietBefore+watched+quietAfter+5*time.Second)
 			b.ResetTimer()
 			time.Sleep(quietBefore)
 			col := newCollector(b, ctx, collector.Config{Table: schema + ".resource_pool"})
@@ -782,4 +757,24 @@ func BenchmarkWatchMinute(b *testing.B) {
 			}
 		})
 	}
+}
+
+// claimWith30sLeases is a pgbench script that claims one id under a 30 s
+// lease and never commits it (one row always comes back, 0 when the pool
+// is empty, which pgbench would take for an error).
+const claimWith30sLeases = "WITH c AS (UPDATE resource_pool SET status = 'PENDING', leased_until = now() + interval '30 seconds', updated_at = now()" +
+	" WHERE id = (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id)" +
+	" SELECT coalesce((SELECT id FROM c), 0) AS id \\gset\n"
+
+// loadInBackground runs script on schema from clients pgbench clients for
+// d, in a goroutine; the channel closes when pgbench has ended.
+func loadInBackground(b *testing.B, ctx context.Context, schema, script string, clients int, d time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := pgbench.Run(ctx, pgbench.Options{DSN: pgtest.DSN(), Schema: schema, Script: script, Clients: clients, Duration: d}); err != nil {
+			b.Error(err) // in a goroutine: no Fatal
+		}
+	}()
+	return done
 }
