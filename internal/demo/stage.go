@@ -139,6 +139,33 @@ func (s *Stage) Play(i int) error {
 	return nil
 }
 
+// Grow adds n ids to the pool, chunk at a time, holding the stage so that
+// no scenario empties the pool meanwhile, then analyzes it and starts the
+// figures afresh (the counts read while rows were being inserted are
+// void). The event log says when it is done or why it failed. The demo
+// seeds a first part of a new pool before the dashboard starts and the
+// rest with Grow behind the first figures.
+func (s *Stage) Grow(ctx context.Context, n, chunk int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for left := n; left > 0; {
+		k := min(left, chunk)
+		if _, err := s.Engine.Refill(ctx, k); err != nil {
+			if ctx.Err() == nil {
+				s.Collector.Note(collector.EventScenario, fmt.Sprintf("seeding the rest of the pool failed: %v", err))
+			}
+			return err
+		}
+		left -= k
+	}
+	if _, err := s.DB.Exec(ctx, "ANALYZE resource_pool"); err != nil {
+		return fmt.Errorf("analyze the pool: %w", err)
+	}
+	s.Collector.Reset(true)
+	s.Collector.Note(collector.EventScenario, fmt.Sprintf("seeded the rest of the pool: %s more ids", termtext.Count(int64(n))))
+	return nil
+}
+
 // Fresh makes a fresh pool of the same size for the knobs in force.
 func (s *Stage) Fresh() error {
 	if !s.Rebuild {

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -268,5 +269,70 @@ func TestFreshPoolNeverSendsTokensBack(t *testing.T) {
 	_, err = outsider.LeaseCommit(ctx, &engine.LeaseCommitParams{ID: zombie[0].ID, Token: zombie[0].Token, RequestID: "bob-late"})
 	if !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("bob's late commit from before the reset: %v; want it rejected (no such id)", err)
+	}
+}
+
+// Grow seeds the rest of a new pool behind the first figures: every id
+// arrives with an identifier of its own, the figures start afresh (those
+// read while rows were inserted are void) and the event log says so; a
+// Grow stopped by its context logs nothing.
+func TestGrowSeedsTheRestBehindTheFirstFigures(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 3000, pgtest.Options{MaxConns: 4})
+	wl, err := workload.New(db.Engine, ScenarioConfig(workload.Scenarios[0], 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	col, err := collector.New(ctx, collector.Config{DSN: pgtest.DSN(), Table: db.Schema + ".resource_pool", Workload: wl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(col.Close)
+	st := &Stage{DB: engine.WrapPool(db.Pool), Engine: db.Engine, Workload: wl, Collector: col, Rebuild: true}
+	if _, err := col.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(col.Series(collector.SeriesLeaked)) == 0 {
+		t.Fatal("no series after the first poll")
+	}
+	if err := st.Grow(ctx, 2500, 1000); err != nil {
+		t.Fatal(err)
+	}
+	var rows, names int64
+	if err := db.Pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT identifier) FROM resource_pool").Scan(&rows, &names); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 5500 || names != rows {
+		t.Fatalf("after Grow: %d rows, %d identifiers, want 5,500 of each", rows, names)
+	}
+	if n := len(col.Series(collector.SeriesLeaked)); n != 0 {
+		t.Fatalf("after Grow the charts hold %d points, want them started afresh", n)
+	}
+	seeded := func() int {
+		n := 0
+		for _, e := range col.Events() {
+			if e.Kind == collector.EventScenario && strings.Contains(e.Text, "seeded the rest of the pool: 2,500 more ids") {
+				n++
+			}
+		}
+		return n
+	}
+	if seeded() != 1 {
+		t.Fatalf("events after Grow: %+v", col.Events())
+	}
+	s, err := col.Poll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Pool.Unused != 5500 {
+		t.Fatalf("first poll after Grow: %d UNUSED, want 5,500", s.Pool.Unused)
+	}
+
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := st.Grow(stopped, 100, 100); err == nil {
+		t.Fatal("Grow on a stopped context returned no error")
+	}
+	if seeded() != 1 || len(col.Events()) != 1 {
+		t.Fatalf("a stopped Grow logged: %+v", col.Events())
 	}
 }
