@@ -650,6 +650,32 @@ func backendCPU(ctx context.Context, col *collector.Collector) int64 {
 	return sum
 }
 
+// printStatementDeltas prints, for one poll, the server time each of the
+// collector's statements on schema's pool took since the last call (from
+// pg_stat_statements; seen holds the totals).
+func printStatementDeltas(ctx context.Context, conn *pgx.Conn, poll int, schema string, seen map[int64]float64) {
+	rows, err := conn.Query(ctx, `SELECT queryid, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 70)
+		FROM pg_stat_statements WHERE query LIKE '%' || $1 || '%' AND query NOT LIKE '%UPDATE%'`, schema)
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	var line []string
+	for rows.Next() {
+		var id int64
+		var total float64
+		var q string
+		if rows.Scan(&id, &total, &q) != nil {
+			return
+		}
+		if d := total - seen[id]; d >= 1 {
+			line = append(line, fmt.Sprintf("%.1f %s", d, q))
+		}
+		seen[id] = total
+	}
+	fmt.Fprintf(os.Stderr, "poll %d:\n  %s\n", poll, strings.Join(line, "\n  "))
+}
+
 // BenchmarkWatchMinute is the minute the issue measured: a collector that
 // has never polled watches each shape for 60 polls a second apart, while
 // 4 pgbench clients claim ids with 30 s leases (so that from poll 30 or so
@@ -685,6 +711,7 @@ func BenchmarkWatchMinute(b *testing.B) {
 				b.Fatal(err)
 			}
 			var ms, cpu []float64
+			stmts := map[int64]float64{}
 			tick := time.NewTicker(time.Second)
 			for range 60 {
 				before := backendCPU(ctx, col)
@@ -695,6 +722,9 @@ func BenchmarkWatchMinute(b *testing.B) {
 				ms = append(ms, s.PollMS)
 				if after := backendCPU(ctx, col); before >= 0 && after >= before {
 					cpu = append(cpu, float64(after-before)/1e6)
+				}
+				if os.Getenv("POOLTOP_BENCH_VERBOSE") != "" {
+					printStatementDeltas(ctx, conn, len(ms), schema, stmts)
 				}
 				<-tick.C
 			}
@@ -731,6 +761,9 @@ func BenchmarkWatchMinute(b *testing.B) {
 			b.ReportMetric(wall[len(wall)/2], "p50_ms")
 			b.ReportMetric(late[len(late)/2], "p50_41_60_ms")
 			if len(cpu) > 0 {
+				if os.Getenv("POOLTOP_BENCH_VERBOSE") != "" {
+					fmt.Fprintf(os.Stderr, "%s: polls (backends' CPU ms) %.1f\n", sh.name, cpu)
+				}
 				sort.Float64s(cpu)
 				b.ReportMetric(cpu[len(cpu)-1], "cpu_max_ms")
 				b.ReportMetric(cpu[len(cpu)/2], "cpu_p50_ms")

@@ -60,3 +60,7 @@ const ExactRows = exactRows
 func CountsByRanges(c *Collector) (ranged bool, read, ranges int64) {
 	return c.pending.ranged, c.leaseless.read, c.leaseless.ranges
 }
+
+// LeaselessLook is how far the next count of PENDING rows without a
+// lease through the index may read.
+func LeaselessLook(c *Collector) int64 { return c.pending.look }

@@ -68,6 +68,10 @@ type pendingCounter struct {
 	// count of live leases at the last poll.
 	lowSkip int
 	live    int64
+	// look is how far the next count of rows without a lease through the
+	// index may read: firstNoneCap at first, four times further after each
+	// look that found that many, up to noneCap+1.
+	look int64
 }
 
 // pendingSlice holds the PENDING rows whose lease expires in [lo, hi); a nil lo is
@@ -119,7 +123,7 @@ const (
 	noneSample   = 256     // rows without a lease read from the table per poll, for their age
 	foreverEvery = 30      // leases at infinity are counted every this many polls
 	lowEvery     = 10      // polls between reads of the lowest live lease id while there are many
-	firstNoneCap = 64      // rows without a lease the first poll counts at most (a heap fetch each, cold)
+	firstNoneCap = 64      // rows without a lease the first look counts at most (a heap fetch each, cold)
 	minPending   = 512     // entries walked or recounted in turn per poll, at least …
 	maxPending   = 262_144 // … and at most
 	initPending  = 2_048   // the first walk: a cold index costs a page read every few hundred entries
@@ -136,7 +140,7 @@ type pendingQuery struct {
 	cutSplit           [3]bool      // the slice holding the cut is split at it (not for runs or slices not counted)
 	none               bool         // count the rows without a lease
 	capped             bool         // count at most cap of them …
-	cap                int64        // … noneCap+1, or firstNoneCap at the first poll
+	cap                int64        // … noneCap+1, or less while the looks grow (see look)
 	askForever, askLow bool
 
 	// results
@@ -169,10 +173,10 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	server := now.Add(p.skew)
 	q := &pendingQuery{walkAt: -1, walk: p.walk.n, cuts: [3]time.Time{server, server.Add(-expiredAfter), server.Add(-stuckAfter)}}
 	q.none = !p.ranged && (p.none.wait <= 0 || !p.none.counted)
-	q.capped, q.cap = p.canRange, noneCap+1
-	if p.polls == 0 { // the first poll
-		q.cap = firstNoneCap
+	if p.look == 0 {
+		p.look = firstNoneCap
 	}
+	q.capped, q.cap = p.canRange, min(p.look, noneCap+1)
 	q.askForever, q.askLow = p.polls%foreverEvery == 0, p.lowSkip <= 0 || p.live <= lowCap
 	p.polls++
 	// Walked: a slice holding a cut that grew too wide (its split would cost
@@ -648,9 +652,13 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		p.none.wait = int(q.leaseless.n / noneCap)
 		switch {
 		case q.capped && q.cap <= noneCap && q.leaseless.n >= q.cap:
-			// The first poll's short look found many: at least this many,
-			// estimated; the next poll looks further.
+			// A short look found many: at least this many, estimated; the
+			// next poll looks four times as far (a heap fetch each, on
+			// pages this session may never have read).
 			p.none.sampled, p.none.wait = true, 0
+			if p.look = 4 * q.cap; p.look >= noneCap {
+				p.look = noneCap + 1
+			}
 		case q.capped && q.leaseless.n > noneCap:
 			// More than the cap: at least this many, estimated, until the
 			// ranges of the table have been read.
@@ -717,9 +725,11 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		rb = max(budget, discoveryBudgetMS)
 	}
 	p.per.adjust(q.rotMS, rb)
-	if !discovering && p.per.n > 8*minPending {
-		p.per.n = 8 * minPending // back to a steady pace at once
-	}
+	// At most 4,096 entries a poll, also while discovering: an entry on a
+	// page the workers just changed costs a heap fetch, many times an
+	// entry on an all-visible page, and a pace grown on cheap slices would
+	// plan thousands of such entries into one poll.
+	p.per.n = min(p.per.n, 8*minPending)
 	if q.walkAt >= 0 {
 		p.walked, p.walkMS = q.walked, q.walkMS
 		p.walk.adjust(q.walkMS, walkBudgetMS)
@@ -758,8 +768,8 @@ func (p *pendingCounter) backOff() {
 // marked estimated until it is. Under load the walk's time, which counts
 // its wait for a CPU, shrinks the walk.
 const (
-	discoveryBudgetMS = 3
-	walkBudgetMS      = 5
+	discoveryBudgetMS = 2
+	walkBudgetMS      = 3
 )
 
 // discovering: the walks have not covered the index yet.

@@ -470,6 +470,28 @@ func TestSmallPoolsAreCountedExactly(t *testing.T) {
 	}
 }
 
+// Many PENDING rows without a lease are looked for a little further at
+// each poll (64, 256, then 1,025 rows, a heap fetch each), never all at
+// once, before they are counted by ranges of the table.
+func TestRowsWithoutALeaseAreLookedForFurtherEachPoll(t *testing.T) {
+	ctx := context.Background()
+	schema := shapes[1].build(t, 60_000) // 1,500 PENDING rows without a lease
+	c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
+	for i, want := range []int64{256, 1025, 1025} {
+		s, err := c.Poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ranged, _, _ := collector.CountsByRanges(c)
+		if got := collector.LeaselessLook(c); got != want || ranged != (i == 2) {
+			t.Fatalf("after poll %d: next look %d, by ranges %v; want %d, %v", i+1, got, ranged, want, i == 2)
+		}
+		if s.Pool.NoLease == nil || *s.Pool.NoLease < []int64{64, 256, 1025}[i] || !slices.Contains(s.Pool.Estimated, "pending") {
+			t.Fatalf("after poll %d: without a lease %v (estimated %v), want at least %d, estimated", i+1, s.Pool.NoLease, s.Pool.Estimated, []int64{64, 256, 1025}[i])
+		}
+	}
+}
+
 // More PENDING rows without a lease than the index count takes at every
 // poll (noneCap) are counted by ranges of the table in turn, their figures
 // marked estimated, and match the table once every range has been read;

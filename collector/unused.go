@@ -96,7 +96,7 @@ func (u *unusedCounter) lowerFloor(low *int64, valid, freed bool) {
 
 // unsureEvery: while the lowest live lease id is unknown, how many polls
 // apart the lowest UNUSED id is looked for from the start of the index.
-const unsureEvery = 5
+const unsureEvery = 15
 
 // reanchor is how often the lowest UNUSED id is looked for from the start of
 // the index all the same, to see ids returned below the floor by hand.
@@ -118,6 +118,11 @@ func (u *unusedCounter) init(ctx context.Context, c *Collector) error {
 	}
 	u.width = max(minChunk, (*top-*head+1)/maxChunks+1)
 	u.head, u.top = *head/u.width, *top/u.width
+	// The first poll looks for the lowest UNUSED id from the one found
+	// here, as any poll from the last one's: the look from the start of the
+	// index reads every entry claims left dead at its head since the last
+	// vacuum, and once is enough.
+	u.floor, u.anchored = head, time.Now()
 	return nil
 }
 
