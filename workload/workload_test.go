@@ -402,11 +402,13 @@ func TestWorkloadStartStopRestart(t *testing.T) {
 // and leaving together exceed MaxWorkers), and Stop must still return with
 // every worker gone and the pool audited clean.
 func TestResizeThenStopWithMoreLeavingThanRunning(t *testing.T) {
-	ctx, db := pgtest.Setup(t, 1000, pgtest.Options{MaxConns: 40})
+	// A peer holds the first rows: blocking claims wait behind it until it
+	// rolls back (a lock timeout longer than the test: with the engine's
+	// 2 s, a slow machine saw every leaving worker gone before the new
+	// ones ran), and the connections they hold keep the others waiting
+	// for one, so that leaving workers leave only when the peer is done.
+	ctx, db := pgtest.Setup(t, 1000, pgtest.Options{MaxConns: 40, LockTimeout: 2 * time.Minute})
 	b := &bundle{ctx: ctx, eng: db.Engine}
-	// A peer holds the first rows: blocking claims wait behind it (up to
-	// the lock timeout), and the connections they hold keep the others
-	// waiting for one, so that leaving workers leave slowly.
 	peer := pgtest.PeerTx(t, ctx, db.Schema)
 	if _, err := peer.Exec(ctx, "SELECT id FROM resource_pool ORDER BY id LIMIT 10 FOR UPDATE"); err != nil {
 		t.Fatal(err)

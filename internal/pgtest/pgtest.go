@@ -131,6 +131,8 @@ type Options struct {
 	// Partitions, when not 0, makes the pool hash-partitioned on id in that
 	// many partitions (migrate --partitions).
 	Partitions int
+	// LockTimeout is the sessions' lock_timeout; 0 means the engine's 2 s.
+	LockTimeout time.Duration
 }
 
 // MigratedSchema creates a schema for the test and applies the migrations.
@@ -160,7 +162,7 @@ func Pool(t testing.TB, schema string, o Options) *pgxpool.Pool {
 	o.MaxConns = cmp.Or(o.MaxConns, 8)
 	o.AppName = cmp.Or(o.AppName, "pooltop-test")
 	pool, err := engine.Connect(context.Background(), engine.ConnOptions{
-		DSN: dsn, Schema: schema, AppName: o.AppName, MaxConns: o.MaxConns,
+		DSN: dsn, Schema: schema, AppName: o.AppName, MaxConns: o.MaxConns, LockTimeout: o.LockTimeout,
 	})
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
