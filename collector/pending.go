@@ -127,6 +127,7 @@ const (
 	minPending   = 512     // entries walked or recounted in turn per poll, at least …
 	maxPending   = 262_144 // … and at most
 	initPending  = 2_048   // the first walk: a cold index costs a page read every few hundred entries
+	maxWalk      = 16_384  // entries walked per poll at most (see absorb)
 )
 
 // pendingQuery is the plan of one poll's PENDING statements, and their results.
@@ -725,14 +726,19 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		rb = max(budget, discoveryBudgetMS)
 	}
 	p.per.adjust(q.rotMS, rb)
-	// At most 4,096 entries a poll, also while discovering: an entry on a
-	// page the workers just changed costs a heap fetch, many times an
-	// entry on an all-visible page, and a pace grown on cheap slices would
-	// plan thousands of such entries into one poll.
+	// At most 4,096 entries a poll, 2,048 while discovering (when the walk
+	// reads too), and the walk at most 16,384: an entry on a page the
+	// workers just changed costs a heap fetch, many times an entry on an
+	// all-visible page, and a pace grown on cheap entries would plan
+	// thousands of such entries into one poll.
 	p.per.n = min(p.per.n, 8*minPending)
+	if discovering {
+		p.per.n = min(p.per.n, 4*minPending)
+	}
 	if q.walkAt >= 0 {
 		p.walked, p.walkMS = q.walked, q.walkMS
 		p.walk.adjust(q.walkMS, walkBudgetMS)
+		p.walk.n = min(p.walk.n, maxWalk)
 	}
 	return f
 }
