@@ -4,7 +4,9 @@
 # screen every 20 ms. Usage: scripts/first-figures.sh [runs] (default 5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=$(mktemp -d)/pooltop
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+bin=$dir/pooltop
 go build -o "$bin" .
 for _ in $(seq 1 "${1:-5}"); do
   tmux kill-session -t first-figures 2>/dev/null || true
@@ -22,4 +24,3 @@ for _ in $(seq 1 "${1:-5}"); do
   for _ in $(seq 1 100); do tmux has -t first-figures 2>/dev/null || break; sleep 0.05; done
   tmux kill-session -t first-figures 2>/dev/null || true
 done
-rm -f "$bin"

@@ -148,21 +148,31 @@ func (s *Stage) Play(i int) error {
 func (s *Stage) Grow(ctx context.Context, n, chunk int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	err := s.grow(ctx, n, chunk)
+	switch {
+	case err == nil:
+		s.Collector.Note(collector.EventScenario, fmt.Sprintf("seeded the rest of the pool: %s more ids", termtext.Count(int64(n))))
+	case ctx.Err() == nil:
+		s.Collector.Note(collector.EventScenario, fmt.Sprintf("seeding the rest of the pool failed: %v", err))
+	}
+	return err
+}
+
+// grow is Grow without the stage's lock and the event: Refill in chunks,
+// the last one by Seed, which also analyzes the pool for the claims' plan.
+func (s *Stage) grow(ctx context.Context, n, chunk int) error {
 	for left := n; left > 0; {
 		k := min(left, chunk)
-		if _, err := s.Engine.Refill(ctx, k); err != nil {
-			if ctx.Err() == nil {
-				s.Collector.Note(collector.EventScenario, fmt.Sprintf("seeding the rest of the pool failed: %v", err))
-			}
+		seed := s.Engine.Refill
+		if k == left {
+			seed = s.Engine.Seed
+		}
+		if _, err := seed(ctx, k); err != nil {
 			return err
 		}
 		left -= k
 	}
-	if _, err := s.DB.Exec(ctx, "ANALYZE resource_pool"); err != nil {
-		return fmt.Errorf("analyze the pool: %w", err)
-	}
 	s.Collector.Reset(true)
-	s.Collector.Note(collector.EventScenario, fmt.Sprintf("seeded the rest of the pool: %s more ids", termtext.Count(int64(n))))
 	return nil
 }
 
