@@ -697,7 +697,9 @@ func TestAFailedPollBacksOff(t *testing.T) {
 		t.Fatal("a poll under an ACCESS EXCLUSIVE lock did not fail")
 	}
 	w, p, s := collector.Paces(c)
-	if w >= walk || w < 512 || p > max(per/2, 512) || (sweep > 1 && s >= sweep) {
+	// A first poll slowed by a loaded machine may already have brought the
+	// walk to its floor of 512 entries; then it stays there.
+	if w > walk || (walk > 512 && w >= walk) || w < 512 || p > max(per/2, 512) || (sweep > 1 && s >= sweep) {
 		t.Fatalf("after a failed poll: walk %d (was %d), recount pace %d (was %d), sweep %d chunks (was %d); want them lower", w, walk, p, per, s, sweep)
 	}
 	if err := tx.Rollback(b.ctx); err != nil {
