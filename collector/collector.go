@@ -211,6 +211,10 @@ type Collector struct {
 	lwRecent []int
 	// sampleFrom is the start of the interval the latest rates cover.
 	sampleFrom time.Time
+	polls      int // polls that returned
+	// warm maps the backends that have polled to the poll they first did
+	// (1, 2, …), for the start (see stageSessions).
+	warm map[uint32]int
 }
 
 // New connects with its own small read-only pool and resolves the table.
@@ -265,7 +269,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Collector{cfg: cfg, pool: pool, series: map[string]*History{}, events: newEventLog(200), alerts: map[string]*alertState{}}
+	c := &Collector{cfg: cfg, pool: pool, series: map[string]*History{}, events: newEventLog(200), alerts: map[string]*alertState{}, warm: map[uint32]int{}}
 	for _, s := range allSeries {
 		c.series[s] = NewHistory(cfg.History)
 	}
@@ -277,6 +281,12 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	c.leaseless = census{byTID: c.census.byTID, leaseless: true}
 	c.pending.canRange = c.census.byTID || c.t.idIndex
 	c.claims.probe(ctx, pool, c.t.name, c.t.version)
+	// The session that resolved the table has read some of the catalog the
+	// first poll needs: that poll runs on it (see stageSessions).
+	for _, conn := range pool.Raw().AcquireAllIdle(ctx) {
+		c.warm[conn.Conn().PgConn().PID()] = 1
+		conn.Release()
+	}
 	openSessions(ctx, pool.Raw(), int(pcfg.MaxConns))
 	return c, nil
 }
@@ -518,8 +528,28 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	if !c.t.monitor {
 		s.Limits = append(s.Limits, "no pg_monitor: lock waits, queries and xmin of other roles' sessions are hidden")
 	}
+	// The start brings the poll's sessions in one a poll (see
+	// stageSessions); conns is nil once all three have polled.
+	var conns []*pgxpool.Conn
+	if c.polls < pollSessions {
+		var err error
+		if conns, err = c.stageSessions(ctx, c.polls+1); err != nil {
+			c.backOff()
+			return s, fmt.Errorf("poll: %w", err)
+		}
+		defer func() {
+			for _, conn := range conns {
+				conn.Release()
+			}
+		}()
+	}
 	if c.unused.width == 0 {
-		if err := c.unused.init(ctx, c); err != nil {
+		var q rowQuerier = c.pool
+		if len(conns) > 0 {
+			q = conns[0]
+		}
+		if err := c.unused.init(ctx, c, q); err != nil {
+			c.backOff()
 			return s, fmt.Errorf("poll: %w", err)
 		}
 	}
@@ -534,6 +564,15 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	// slice it gets on waking instead of waiting behind every runnable
 	// process for a second one. (A fourth session made polls slower.)
 	serverBatch, unusedBatch, pendingBatch := &pgx.Batch{}, &pgx.Batch{}, &pgx.Batch{}
+	batches := []*pgx.Batch{serverBatch, unusedBatch, pendingBatch}
+	switch c.polls {
+	case 0: // one session, warm by the end of the poll, reads it all
+		unusedBatch, pendingBatch = serverBatch, serverBatch
+		batches = batches[:1]
+	case 1: // a second one counts UNUSED
+		pendingBatch = serverBatch
+		batches = batches[:2]
+	}
 	c.queueServer(serverBatch, &s)
 	unusedQ := c.unused.plan(start)
 	sweep := pendingBatch
@@ -550,7 +589,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		windowFrom = c.passOver.prev[0].id
 	}
 	passQ := c.passOver.queue(unusedBatch, c.t.qualified, windowFrom)
-	partsQ := c.queueParts(serverBatch, start)
+	partsQ := c.queueParts(serverBatch, start, c.polls == 0)
 	alerts := c.cfg.Alerts
 	var pendingQ *pendingQuery
 	var censusQ, noneQ *censusQuery
@@ -580,11 +619,19 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	fleetQ := c.fleet.plan(c.t.fleet, c.byIndex() && c.t.hasHolder)
 	fleetQ.queue(serverBatch, c.t.fleet, c.t.qualified)
 	exactQ := c.queueExact(pendingBatch, c.lastTotal)
-	uerr, perr := make(chan error, 1), make(chan error, 1)
-	go func() { uerr <- c.pool.SendBatch(ctx, unusedBatch).Close() }()
-	go func() { perr <- c.pool.SendBatch(ctx, pendingBatch).Close() }()
-	err := c.pool.SendBatch(ctx, serverBatch).Close()
-	for _, ch := range []chan error{uerr, perr} {
+	errs := make([]chan error, len(batches))
+	for i, b := range batches {
+		errs[i] = make(chan error, 1)
+		go func() {
+			if i < len(conns) {
+				errs[i] <- conns[i].SendBatch(ctx, b).Close()
+				return
+			}
+			errs[i] <- c.pool.SendBatch(ctx, b).Close()
+		}()
+	}
+	var err error
+	for _, ch := range errs {
 		if e := <-ch; err == nil {
 			err = e
 		}
@@ -650,7 +697,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		counts.PassedOver, counts.PassedOverFull, counts.PassedOverS, counts.PassedOverBy = &n, sf.full, &secs, sf.by
 	}
 	c.unused.setFront(c.passOver.front())
-	s.Partitions = c.absorbParts(partsQ, start, pendingQ != nil && pendingFig.freed, counts.Total)
+	s.Partitions = c.absorbParts(partsQ, start, pendingQ != nil && pendingFig.freed, counts.Total, counts.Unused)
 	if unusedFig.estimated {
 		counts.Estimated = append(counts.Estimated, "unused")
 	}
@@ -688,7 +735,56 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		s.Workload = &ws
 	}
 	c.record(&s, gen)
+	for _, conn := range conns {
+		if pid := conn.Conn().PgConn().PID(); c.warm[pid] == 0 {
+			c.warm[pid] = c.polls + 1
+		}
+	}
+	c.polls++
 	return s, nil
+}
+
+// pollSessions is how many sessions a poll uses once all have polled.
+const pollSessions = 3
+
+// stageSessions returns the n sessions of one of the first polls, those
+// that have polled first, in the order they first did, then one that has
+// not. A backend's first statements cost it tens of milliseconds of CPU
+// (its catalog caches, plans, and a page fault at its first touch of each
+// shared buffer), three times over when three sessions start at once: the
+// first poll's largest cost. So the first poll reads everything on one
+// session, the second adds one for the UNUSED count and the third one for
+// the PENDING count. Behind a transaction pooler the server's backends
+// are not the poll's to choose: it returns nil, and the first two polls
+// merge their batches all the same.
+func (c *Collector) stageSessions(ctx context.Context, n int) ([]*pgxpool.Conn, error) {
+	if scoped, _ := c.pool.Scoped(); scoped {
+		return nil, nil
+	}
+	raw := c.pool.Raw()
+	conns := raw.AcquireAllIdle(ctx)
+	for len(conns) < n {
+		conn, err := raw.Acquire(ctx)
+		if err != nil {
+			for _, c := range conns {
+				c.Release()
+			}
+			return nil, err
+		}
+		conns = append(conns, conn)
+	}
+	// Warm first, by when they first polled; cold ones last.
+	order := func(conn *pgxpool.Conn) int {
+		if w := c.warm[conn.Conn().PgConn().PID()]; w > 0 {
+			return w
+		}
+		return math.MaxInt
+	}
+	sort.SliceStable(conns, func(i, j int) bool { return order(conns[i]) < order(conns[j]) })
+	for _, conn := range conns[n:] {
+		conn.Release()
+	}
+	return conns[:n], nil
 }
 
 // backOff makes the next poll read less after one failed: a statement
@@ -738,7 +834,7 @@ type partQuery struct {
 
 // queueParts adds this poll's partition counts to the batch, on a
 // partitioned pool of at most MaxPartitionCounts partitions.
-func (c *Collector) queueParts(b *pgx.Batch, now time.Time) []partQuery {
+func (c *Collector) queueParts(b *pgx.Batch, now time.Time, first bool) []partQuery {
 	if !c.t.partitioned || len(c.t.leaves) > MaxPartitionCounts || c.t.unusedIndex == "" {
 		return nil
 	}
@@ -748,6 +844,11 @@ func (c *Collector) queueParts(b *pgx.Batch, now time.Time) []partQuery {
 		for i := range pc.last {
 			pc.last[i] = PartitionUnused{Name: c.t.leafNames[i], Estimated: true}
 		}
+	}
+	// The first poll, on one cold session, counts none: a statement a
+	// partition (see absorbParts); the second counts them all.
+	if first {
+		return []partQuery{}
 	}
 	which := []int{pc.turn % len(pc.counters)}
 	if !pc.primed {
@@ -773,11 +874,20 @@ func (c *Collector) queueParts(b *pgx.Batch, now time.Time) []partQuery {
 // statistics, caps the estimate of ranges never counted yet at a
 // partition's share (the hash spreads ids evenly), since a partition holds
 // only one id in N of its id range.
-func (c *Collector) absorbParts(qs []partQuery, now time.Time, freed bool, total int64) []PartitionUnused {
+//
+// Before the first count of each, a partition's UNUSED ids are the pool's
+// share, marked estimated.
+func (c *Collector) absorbParts(qs []partQuery, now time.Time, freed bool, total, unused int64) []PartitionUnused {
 	if qs == nil {
 		return nil
 	}
 	pc := &c.parts
+	if len(qs) == 0 && !pc.primed {
+		for i := range pc.last {
+			pc.last[i].Unused = unused / int64(len(pc.last))
+		}
+		return append([]PartitionUnused(nil), pc.last...)
+	}
 	for i := range pc.freed {
 		pc.freed[i] = pc.freed[i] || freed
 		pc.last[i].Estimated = true

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -727,5 +728,59 @@ func TestTheWalkIsTimed(t *testing.T) {
 	}
 	if floor := float64(n) * 30e-6; ms < floor {
 		t.Fatalf("a walk of %d entries timed at %.3f ms: under %.1f ms, it was not timed", n, ms, floor)
+	}
+}
+
+// A backend's first statements cost it tens of milliseconds of CPU, three
+// times over when the poll's three sessions start at once. The first poll
+// runs on one session, the second on two, the third on all three; each
+// poll's sessions are those that polled before, and one new.
+func TestTheStartBringsInOneSessionAPoll(t *testing.T) {
+	b := setup(t, 4000)
+	c := b.collector(t, collector.Config{})
+	if n := collector.Sessions(c); n != 3 {
+		t.Fatalf("the collector opened %d sessions before its first poll; want 3", n)
+	}
+	// usedSince lists the collector's backends that ran a statement since
+	// the server's time from.
+	usedSince := func(from time.Time) []uint32 {
+		conns := collector.DBPool(c).Raw().AcquireAllIdle(b.ctx)
+		var pids []uint32
+		for _, conn := range conns {
+			pids = append(pids, conn.Conn().PgConn().PID())
+			conn.Release()
+		}
+		if len(pids) != 3 {
+			t.Fatalf("%d of the collector's sessions are idle between polls; want 3", len(pids))
+		}
+		rows, err := b.conn.Query(b.ctx, `SELECT pid FROM pg_stat_activity WHERE pid = ANY($1) AND state_change >= $2 ORDER BY pid`, pids, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		used, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return used
+	}
+	var before []uint32
+	for poll := 1; poll <= 4; poll++ {
+		var from time.Time
+		if err := b.conn.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&from); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Poll(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		used := usedSince(from)
+		if want := min(poll, 3); len(used) != want {
+			t.Fatalf("poll %d ran on %d sessions (%v); want %d", poll, len(used), used, want)
+		}
+		for _, pid := range before {
+			if !slices.Contains(used, pid) {
+				t.Fatalf("poll %d left out backend %d, which polled before (it ran on %v)", poll, pid, used)
+			}
+		}
+		before = used
 	}
 }

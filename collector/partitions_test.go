@@ -40,7 +40,7 @@ func TestPartitionUnusedInTheSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newCollector(t, ctx, collector.Config{Table: db.Schema + ".resource_pool"})
-	// The first poll counts every partition, then one poll in four counts
+	// The second poll counts every partition, then one poll in four counts
 	// one partition in turn (the others keep their last figures, marked
 	// estimated): poll until each has been counted exactly.
 	exact := map[string]int64{}

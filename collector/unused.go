@@ -110,9 +110,9 @@ const (
 
 // init learns the id range before the first poll, so that the first poll
 // already counts the right chunks.
-func (u *unusedCounter) init(ctx context.Context, c *Collector) error {
+func (u *unusedCounter) init(ctx context.Context, c *Collector, q rowQuerier) error {
 	var head, top *int64
-	err := c.pool.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED'), (SELECT max(id) FROM %[1]s)`, c.t.qualified)).Scan(&head, &top)
+	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED'), (SELECT max(id) FROM %[1]s)`, c.t.qualified)).Scan(&head, &top)
 	if err != nil || head == nil || top == nil {
 		return err
 	}
@@ -124,6 +124,11 @@ func (u *unusedCounter) init(ctx context.Context, c *Collector) error {
 	// vacuum, and once is enough.
 	u.floor, u.anchored = head, time.Now()
 	return nil
+}
+
+// rowQuerier runs a statement for one row.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // unusedQuery is one poll's plan of the UNUSED statement, and its results.
