@@ -24,7 +24,10 @@
 // UNUSED count; the PENDING count (with the UNUSED sweep where there is a
 // PENDING index); and everything else (table statistics, lock waits,
 // holders, the fleet, claim statements from pg_stat_statements, the total
-// count of rows). Each backend then does about a third of the work.
+// count of rows). Each backend then does about a third of the work. At
+// the start the sessions come in one a poll (the first poll sends the
+// three batches as one), so that no poll pays three backends' first
+// statements at once.
 //
 // # Counting
 //
