@@ -212,9 +212,10 @@ type Collector struct {
 	// sampleFrom is the start of the interval the latest rates cover.
 	sampleFrom time.Time
 	polls      int // polls that returned
-	// warm maps the backends that have polled to the poll they first did
-	// (1, 2, …), for the start (see stageSessions).
-	warm map[uint32]int
+	// seats[i] is the backend that ran batch i at the last poll (0: none
+	// yet): the server batch (at the first poll, all three), the UNUSED
+	// count, the PENDING count (see sessions).
+	seats [pollSessions]uint32
 }
 
 // New connects with its own small read-only pool and resolves the table.
@@ -269,7 +270,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Collector{cfg: cfg, pool: pool, series: map[string]*History{}, events: newEventLog(200), alerts: map[string]*alertState{}, warm: map[uint32]int{}}
+	c := &Collector{cfg: cfg, pool: pool, series: map[string]*History{}, events: newEventLog(200), alerts: map[string]*alertState{}}
 	for _, s := range allSeries {
 		c.series[s] = NewHistory(cfg.History)
 	}
@@ -282,9 +283,9 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	c.pending.canRange = c.census.byTID || c.t.idIndex
 	c.claims.probe(ctx, pool, c.t.name, c.t.version)
 	// The session that resolved the table has read some of the catalog the
-	// first poll needs: that poll runs on it (see stageSessions).
+	// first poll needs: that poll runs on it (see sessions).
 	for _, conn := range pool.Raw().AcquireAllIdle(ctx) {
-		c.warm[conn.Conn().PgConn().PID()] = 1
+		c.seats[0] = conn.Conn().PgConn().PID()
 		conn.Release()
 	}
 	openSessions(ctx, pool.Raw(), int(pcfg.MaxConns))
@@ -528,21 +529,18 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	if !c.t.monitor {
 		s.Limits = append(s.Limits, "no pg_monitor: lock waits, queries and xmin of other roles' sessions are hidden")
 	}
-	// The start brings the poll's sessions in one a poll (see
-	// stageSessions); conns is nil once all three have polled.
-	var conns []*pgxpool.Conn
-	if c.polls < pollSessions {
-		var err error
-		if conns, err = c.stageSessions(ctx, c.polls+1); err != nil {
-			c.backOff()
-			return s, fmt.Errorf("poll: %w", err)
-		}
-		defer func() {
-			for _, conn := range conns {
-				conn.Release()
-			}
-		}()
+	// Each batch runs on its own session, the same at every poll (see
+	// sessions); at the start they come in one a poll.
+	conns, err := c.sessions(ctx, min(c.polls+1, pollSessions))
+	if err != nil {
+		c.backOff()
+		return s, fmt.Errorf("poll: %w", err)
 	}
+	defer func() {
+		for _, conn := range conns {
+			conn.Release()
+		}
+	}()
 	if c.unused.width == 0 {
 		var q rowQuerier = c.pool
 		if len(conns) > 0 {
@@ -630,7 +628,6 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 			errs[i] <- c.pool.SendBatch(ctx, b).Close()
 		}()
 	}
-	var err error
 	for _, ch := range errs {
 		if e := <-ch; err == nil {
 			err = e
@@ -735,10 +732,8 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		s.Workload = &ws
 	}
 	c.record(&s, gen)
-	for _, conn := range conns {
-		if pid := conn.Conn().PgConn().PID(); c.warm[pid] == 0 {
-			c.warm[pid] = c.polls + 1
-		}
+	for i, conn := range conns {
+		c.seats[i] = conn.Conn().PgConn().PID()
 	}
 	c.polls++
 	return s, nil
@@ -747,44 +742,72 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 // pollSessions is how many sessions a poll uses once all have polled.
 const pollSessions = 3
 
-// stageSessions returns the n sessions of one of the first polls, those
-// that have polled first, in the order they first did, then one that has
-// not. A backend's first statements cost it tens of milliseconds of CPU
-// (its catalog caches, plans, and a page fault at its first touch of each
-// shared buffer), three times over when three sessions start at once: the
-// first poll's largest cost. So the first poll reads everything on one
-// session, the second adds one for the UNUSED count and the third one for
-// the PENDING count. Behind a transaction pooler the server's backends
-// are not the poll's to choose: it returns nil, and the first two polls
-// merge their batches all the same.
-func (c *Collector) stageSessions(ctx context.Context, n int) ([]*pgxpool.Conn, error) {
+// sessions returns the sessions of a poll's batches: the i-th runs batch
+// i, on the backend that ran it at the last poll, where that one is still
+// open. A backend's first run of a statement costs it far more than the
+// next ones (its catalog caches, the plan, a page fault at its first touch
+// of each shared buffer): batches that moved from backend to backend made
+// polls 4 and 5 cost 33 to 68 ms of CPU on a 1 M-row leak, 9 to 21 ms
+// when each keeps its backend. At the start, three backends that run
+// their first statements in one poll pay that three times at once, so the
+// sessions come in one a poll: n is 1 at the first poll (which sends its
+// three batches as one), 2 at the second, then 3. Behind a transaction
+// pooler the backends are not the collector's to choose: it returns nil
+// and each batch takes a session from the pool.
+func (c *Collector) sessions(ctx context.Context, n int) ([]*pgxpool.Conn, error) {
 	if scoped, _ := c.pool.Scoped(); scoped {
 		return nil, nil
 	}
 	raw := c.pool.Raw()
-	conns := raw.AcquireAllIdle(ctx)
-	for len(conns) < n {
-		conn, err := raw.Acquire(ctx)
-		if err != nil {
-			for _, c := range conns {
-				c.Release()
+	idle := map[uint32]*pgxpool.Conn{}
+	var spare []*pgxpool.Conn
+	for _, conn := range raw.AcquireAllIdle(ctx) {
+		if conn.Conn().IsClosed() {
+			conn.Release() // the pool drops it
+			continue
+		}
+		idle[conn.Conn().PgConn().PID()] = conn
+		spare = append(spare, conn)
+	}
+	conns := make([]*pgxpool.Conn, n)
+	for i := range conns {
+		if conn := idle[c.seats[i]]; conn != nil && c.seats[i] != 0 {
+			conns[i] = conn
+			delete(idle, c.seats[i])
+		}
+	}
+	release := func() {
+		for _, conn := range idle {
+			conn.Release()
+		}
+		for _, conn := range conns {
+			if conn != nil {
+				conn.Release()
 			}
-			return nil, err
 		}
-		conns = append(conns, conn)
 	}
-	// Warm first, by when they first polled; cold ones last.
-	order := func(conn *pgxpool.Conn) int {
-		if w := c.warm[conn.Conn().PgConn().PID()]; w > 0 {
-			return w
+	for i := range conns {
+		for conns[i] == nil && len(spare) > 0 {
+			pid := spare[0].Conn().PgConn().PID()
+			if conn := idle[pid]; conn != nil {
+				conns[i] = conn
+				delete(idle, pid)
+			}
+			spare = spare[1:]
 		}
-		return math.MaxInt
+		if conns[i] == nil {
+			conn, err := raw.Acquire(ctx)
+			if err != nil {
+				release()
+				return nil, err
+			}
+			conns[i] = conn
+		}
 	}
-	sort.SliceStable(conns, func(i, j int) bool { return order(conns[i]) < order(conns[j]) })
-	for _, conn := range conns[n:] {
+	for _, conn := range idle {
 		conn.Release()
 	}
-	return conns[:n], nil
+	return conns, nil
 }
 
 // backOff makes the next poll read less after one failed: a statement
@@ -845,7 +868,7 @@ func (c *Collector) queueParts(b *pgx.Batch, now time.Time, first bool) []partQu
 			pc.last[i] = PartitionUnused{Name: c.t.leafNames[i], Estimated: true}
 		}
 	}
-	// The first poll, on one cold session, counts none: a statement a
+	// The first poll, on one new session, counts none: a statement a
 	// partition (see absorbParts); the second counts them all.
 	if first {
 		return []partQuery{}

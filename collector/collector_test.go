@@ -783,4 +783,32 @@ func TestTheStartBringsInOneSessionAPoll(t *testing.T) {
 		}
 		before = used
 	}
+	// Each batch keeps its backend from poll to poll; a backend that ends
+	// gives its batch to a new one, and the others keep theirs.
+	seats := collector.Seats(c)
+	for poll := 5; poll <= 8; poll++ {
+		if _, err := c.Poll(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if now := collector.Seats(c); now != seats {
+			t.Fatalf("poll %d ran the batches on backends %v; the polls before on %v", poll, now, seats)
+		}
+	}
+	if _, err := b.conn.Exec(b.ctx, `SELECT pg_terminate_backend($1)`, seats[1]); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := c.Poll(b.ctx) // the first may fail on the ended session
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no poll succeeded after a session ended: %v", err)
+		}
+	}
+	now := collector.Seats(c)
+	if now[0] != seats[0] || now[2] != seats[2] || now[1] == seats[1] || now[1] == 0 {
+		t.Fatalf("after backend %d ended, the batches ran on %v (before on %v); want a new one in its place and the others kept", seats[1], now, seats)
+	}
 }

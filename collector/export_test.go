@@ -64,3 +64,6 @@ func CountsByRanges(c *Collector) (ranged bool, read, ranges int64) {
 // LeaselessLook is how far the next count of PENDING rows without a
 // lease through the index may read.
 func LeaselessLook(c *Collector) int64 { return c.pending.look }
+
+// Seats returns the backends that ran c's batches at its last poll.
+func Seats(c *Collector) [pollSessions]uint32 { return c.seats }
