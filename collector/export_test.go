@@ -67,3 +67,6 @@ func LeaselessLook(c *Collector) int64 { return c.pending.look }
 
 // Seats returns the backends that ran c's batches at its last poll.
 func Seats(c *Collector) [pollSessions]uint32 { return c.seats }
+
+// HoldersFrom is the first poll that reads the holders.
+const HoldersFrom = holdersFrom

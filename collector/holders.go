@@ -13,14 +13,17 @@ import (
 // holders an incident is about), every holdersEvery polls. Each row is a
 // heap fetch of a page the workers keep changing, cold on a large pool, so
 // a reading of thousands of rows made its poll many times the others (see
-// docs/benchmarks.md). The first reading, at the second poll (the first
-// pays for its sessions' catalog reads and plans), reads holdersFirst rows,
-// and each one after it twice as many up to holdersRows.
+// docs/benchmarks.md). The first reading, at poll holdersFrom, reads
+// holdersFirst rows, and each one after it twice as many up to holdersRows.
 const (
 	holdersRows  = 1000
 	holdersFirst = 250
 	holdersEvery = 10
-	holdersTop   = 5
+	// holdersFrom is the first poll that reads the holders: the fourth,
+	// once the poll's three sessions have come in (see
+	// Collector.sessions), for the reading is a heap fetch a row.
+	holdersFrom = 4
+	holdersTop  = 5
 )
 
 // holderSample keeps the last reading of the top holders between polls.
@@ -44,7 +47,7 @@ func (h *holderSample) plan(possible bool) *holderQuery {
 		return nil
 	}
 	h.polls++
-	if h.polls%holdersEvery != 2 {
+	if h.polls%holdersEvery != holdersFrom {
 		return nil
 	}
 	h.rows = min(holdersRows, max(holdersFirst, 2*h.rows))

@@ -333,7 +333,7 @@ func TestHoldersAndBulkReleaseOnAPartitionedPool(t *testing.T) {
 	}
 	c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
 	var s collector.Snapshot
-	for range 2 { // the holders are read from the second poll on
+	for range collector.HoldersFrom { // the first poll that reads the holders
 		var err error
 		if s, err = c.Poll(ctx); err != nil {
 			t.Fatal(err)
@@ -471,23 +471,26 @@ func TestSmallPoolsAreCountedExactly(t *testing.T) {
 }
 
 // Many PENDING rows without a lease are looked for a little further at
-// each poll (64, 256, then 1,025 rows, a heap fetch each), never all at
-// once, before they are counted by ranges of the table.
+// each poll (64, 128, 256, 512, then 1,025 rows, a heap fetch each), never
+// all at once, before they are counted by ranges of the table.
 func TestRowsWithoutALeaseAreLookedForFurtherEachPoll(t *testing.T) {
 	ctx := context.Background()
 	schema := shapes[1].build(t, 60_000) // 1,500 PENDING rows without a lease
 	c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
-	for i, want := range []int64{256, 1025, 1025} {
+	looks := []int64{64, 128, 256, 512, 1025}
+	last := len(looks) - 1
+	for i := range looks {
 		s, err := c.Poll(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
+		want := looks[min(i+1, last)]
 		ranged, _, _ := collector.CountsByRanges(c)
-		if got := collector.LeaselessLook(c); got != want || ranged != (i == 2) {
-			t.Fatalf("after poll %d: next look %d, by ranges %v; want %d, %v", i+1, got, ranged, want, i == 2)
+		if got := collector.LeaselessLook(c); got != want || ranged != (i == last) {
+			t.Fatalf("after poll %d: next look %d, by ranges %v; want %d, %v", i+1, got, ranged, want, i == last)
 		}
-		if s.Pool.NoLease == nil || *s.Pool.NoLease < []int64{64, 256, 1025}[i] || !slices.Contains(s.Pool.Estimated, "pending") {
-			t.Fatalf("after poll %d: without a lease %v (estimated %v), want at least %d, estimated", i+1, s.Pool.NoLease, s.Pool.Estimated, []int64{64, 256, 1025}[i])
+		if s.Pool.NoLease == nil || *s.Pool.NoLease < looks[i] || !slices.Contains(s.Pool.Estimated, "pending") {
+			t.Fatalf("after poll %d: without a lease %v (estimated %v), want at least %d, estimated", i+1, s.Pool.NoLease, s.Pool.Estimated, looks[i])
 		}
 	}
 }
