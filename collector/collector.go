@@ -746,9 +746,8 @@ const pollSessions = 3
 // i, on the backend that ran it at the last poll, where that one is still
 // open. A backend's first run of a statement costs it far more than the
 // next ones (its catalog caches, the plan, a page fault at its first touch
-// of each shared buffer): batches that moved from backend to backend made
-// polls 4 and 5 cost 33 to 68 ms of CPU on a 1 M-row leak, 9 to 21 ms
-// when each keeps its backend. At the start, three backends that run
+// of each shared buffer), and a batch that moved to another backend would
+// pay that again (docs/benchmarks.md). At the start, three backends that run
 // their first statements in one poll pay that three times at once, so the
 // sessions come in one a poll: n is 1 at the first poll (which sends its
 // three batches as one), 2 at the second, then 3. Behind a transaction

@@ -655,9 +655,8 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		case q.capped && q.cap <= noneCap && q.leaseless.n >= q.cap:
 			// A short look found many: at least this many, estimated; the
 			// next poll looks twice as far (a heap fetch each, on pages
-			// this session may never have read: 1,025 of them were 58 ms
-			// at the third poll of a 10 M-row leak, when its session is
-			// new).
+			// this session may never have read; the third poll's session
+			// is a new one).
 			p.none.sampled, p.none.wait = true, 0
 			if p.look = 2 * q.cap; p.look >= noneCap {
 				p.look = noneCap + 1
