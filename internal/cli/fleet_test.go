@@ -261,7 +261,10 @@ func TestChaosPauseFault(t *testing.T) {
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	code := run(ctx, []string{"chaos", "--faults", "pause", "--duration", "3s", "--fault-every", "1s",
+	// 8 s leaves room for three pauses: a single pause can end with no
+	// zombie commit (its one lease's commit already on the wire when the
+	// process froze, or the drain right after SIGCONT).
+	code := run(ctx, []string{"chaos", "--faults", "pause", "--duration", "8s", "--fault-every", "1s",
 		"--processes", "2", "--pool-size", "20000", "--json"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
