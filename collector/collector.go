@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -542,7 +543,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		}
 	}()
 	if c.unused.width == 0 {
-		var q rowQuerier = c.pool
+		var q engine.DBTX = c.pool
 		if len(conns) > 0 {
 			q = conns[0]
 		}
@@ -758,52 +759,49 @@ func (c *Collector) sessions(ctx context.Context, n int) ([]*pgxpool.Conn, error
 		return nil, nil
 	}
 	raw := c.pool.Raw()
-	idle := map[uint32]*pgxpool.Conn{}
-	var spare []*pgxpool.Conn
+	var free []*pgxpool.Conn
 	for _, conn := range raw.AcquireAllIdle(ctx) {
 		if conn.Conn().IsClosed() {
 			conn.Release() // the pool drops it
 			continue
 		}
-		idle[conn.Conn().PgConn().PID()] = conn
-		spare = append(spare, conn)
+		free = append(free, conn)
+	}
+	// take removes and returns the free session on backend pid, or the
+	// first free one for pid 0, or nil.
+	take := func(pid uint32) *pgxpool.Conn {
+		for i, conn := range free {
+			if pid == 0 || conn.Conn().PgConn().PID() == pid {
+				free = slices.Delete(free, i, i+1)
+				return conn
+			}
+		}
+		return nil
 	}
 	conns := make([]*pgxpool.Conn, n)
 	for i := range conns {
-		if conn := idle[c.seats[i]]; conn != nil && c.seats[i] != 0 {
-			conns[i] = conn
-			delete(idle, c.seats[i])
-		}
-	}
-	release := func() {
-		for _, conn := range idle {
-			conn.Release()
-		}
-		for _, conn := range conns {
-			if conn != nil {
-				conn.Release()
-			}
+		if c.seats[i] != 0 {
+			conns[i] = take(c.seats[i])
 		}
 	}
 	for i := range conns {
-		for conns[i] == nil && len(spare) > 0 {
-			pid := spare[0].Conn().PgConn().PID()
-			if conn := idle[pid]; conn != nil {
-				conns[i] = conn
-				delete(idle, pid)
-			}
-			spare = spare[1:]
+		if conns[i] == nil {
+			conns[i] = take(0)
 		}
 		if conns[i] == nil {
 			conn, err := raw.Acquire(ctx)
 			if err != nil {
-				release()
+				for _, conn := range append(free, conns...) {
+					if conn != nil {
+						conn.Release()
+					}
+				}
 				return nil, err
 			}
 			conns[i] = conn
 		}
 	}
-	for _, conn := range idle {
+	for _, conn := range free {
 		conn.Release()
 	}
 	return conns, nil

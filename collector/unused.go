@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pooltop-dev/pooltop/engine"
 )
 
 // unusedCounter keeps an exact count of UNUSED ids without ever counting the
@@ -110,7 +112,7 @@ const (
 
 // init learns the id range before the first poll, so that the first poll
 // already counts the right chunks.
-func (u *unusedCounter) init(ctx context.Context, c *Collector, q rowQuerier) error {
+func (u *unusedCounter) init(ctx context.Context, c *Collector, q engine.DBTX) error {
 	var head, top *int64
 	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED'), (SELECT max(id) FROM %[1]s)`, c.t.qualified)).Scan(&head, &top)
 	if err != nil || head == nil || top == nil {
@@ -124,11 +126,6 @@ func (u *unusedCounter) init(ctx context.Context, c *Collector, q rowQuerier) er
 	// vacuum, and once is enough.
 	u.floor, u.anchored = head, time.Now()
 	return nil
-}
-
-// rowQuerier runs a statement for one row.
-type rowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // unusedQuery is one poll's plan of the UNUSED statement, and its results.
