@@ -279,6 +279,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		pool.Close()
 		return nil, err
 	}
+	c.unused.seeks = true
 	c.census.byTID = c.t.version >= 140000
 	c.leaseless = census{byTID: c.census.byTID, leaseless: true}
 	c.pending.canRange = c.census.byTID || c.t.idIndex
@@ -542,6 +543,10 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 			conn.Release()
 		}
 	}()
+	// The UNUSED batch's session: the first at poll 1, the second after.
+	if u := min(c.polls, 1); u < len(conns) {
+		c.unused.onSession(conns[u].Conn().PgConn().PID())
+	}
 	if c.unused.width == 0 {
 		var q engine.DBTX = c.pool
 		if len(conns) > 0 {
@@ -578,7 +583,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	if !c.byIndex() {
 		sweep = unusedBatch
 	}
-	unusedQ.queue(unusedBatch, sweep, c.t.qualified, c.unused.width)
+	unusedQ.queue(unusedBatch, sweep, c.t.qualified, c.unused.width, c.unused.seekN, c.unused.seekTime)
 	windowFrom := unusedQ.floor
 	if windowFrom == math.MinInt64 && len(c.passOver.prev) > 0 {
 		// The UNUSED count looks from the start of the index this poll
@@ -587,7 +592,10 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		// window join it at the next poll, from the new floor.
 		windowFrom = c.passOver.prev[0].id
 	}
-	passQ := c.passOver.queue(unusedBatch, c.t.qualified, windowFrom)
+	var passQ *passQuery
+	if !unusedQ.seekOnly { // from the start, the window would read what the seek spreads over polls
+		passQ = c.passOver.queue(unusedBatch, c.t.qualified, windowFrom)
+	}
 	partsQ := c.queueParts(serverBatch, start, c.polls == 0)
 	alerts := c.cfg.Alerts
 	var pendingQ *pendingQuery
@@ -690,7 +698,9 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	if unusedFig.haveDelta {
 		fell = max(0, -unusedFig.delta)
 	}
-	if sf := c.passOver.absorb(passQ, start, fell); sf.known {
+	if passQ == nil {
+		// no window this poll
+	} else if sf := c.passOver.absorb(passQ, start, fell); sf.known {
 		n, secs := sf.ids, sf.oldest.Seconds()
 		counts.PassedOver, counts.PassedOverFull, counts.PassedOverS, counts.PassedOverBy = &n, sf.full, &secs, sf.by
 	}
@@ -881,7 +891,7 @@ func (c *Collector) queueParts(b *pgx.Batch, now time.Time, first bool) []partQu
 	qs := make([]partQuery, 0, len(which))
 	for _, i := range which {
 		q := pc.counters[i].plan(now)
-		q.queue(b, b, c.t.leafQuoted[i], pc.counters[i].width)
+		q.queue(b, b, c.t.leafQuoted[i], pc.counters[i].width, 0, 0)
 		qs = append(qs, partQuery{i, q})
 	}
 	return qs

@@ -198,6 +198,46 @@ func TestUnusedHeadFloor(t *testing.T) {
 	poll(rows-290, "20 ids put back by hand, after re-anchoring")
 }
 
+// A fresh collector seeks the lowest UNUSED id by windows of ids over
+// several polls when one statement's time runs out first (here it opens
+// one window a statement, of 1,024 ids after the first, and after 10
+// polls reads the rest at once: the dead entries claims left at the head of the
+// index cost a new backend tens of microseconds a page): until it finds
+// it, UNUSED is an estimate, and then exact. Ids put back by hand below
+// the floor are found by the next seek from the start, a window a poll.
+func TestTheLowestUnusedIdIsSoughtByWindows(t *testing.T) {
+	const rows = 120_000
+	b := setup(t, rows)
+	// The head: 70,000 ids claimed, their entries dead in the index.
+	b.exec(t, `UPDATE resource_pool SET status = 'CONSUMED' WHERE id <= 70000`)
+	c := b.collector(t, collector.Config{})
+	collector.SetSeekTime(c, time.Nanosecond)
+	s, err := c.Poll(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !collector.Seeking(c) || !slices.Contains(s.Pool.Estimated, "unused") || s.Pool.Counted == nil || *s.Pool.Counted != 0 {
+		t.Fatalf("poll 1: seeking %v, estimated %v, counted %v: the seek's first window (16,384 ids) cannot reach id 70,001", collector.Seeking(c), s.Pool.Estimated, s.Pool.Counted)
+	}
+	polls := 1
+	for collector.Seeking(c) {
+		if polls++; polls > 12 {
+			t.Fatal("the seek did not reach id 70,001 in 12 polls: after 10 it reads the rest at once")
+		}
+		if _, err := c.Poll(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if polls < 3 {
+		t.Fatalf("the seek ended at poll %d: a window a statement cannot cover 70,000 ids so soon", polls)
+	}
+	pollUntil(t, c, "an exact count", func(s collector.Snapshot) bool { return s.Pool.Unused == rows-70000 })
+	// By hand, CONSUMED ids become UNUSED deep below the floor.
+	b.exec(t, `UPDATE resource_pool SET status = 'UNUSED' WHERE id > 50000 AND id <= 50020`)
+	collector.SetReanchor(c, time.Nanosecond)
+	pollUntil(t, c, "the ids put back by hand", func(s collector.Snapshot) bool { return s.Pool.Unused == rows-70000+20 })
+}
+
 // The sweep covers the whole id range even while the head moves faster than
 // it, and the count stays exact: the upper half of this pool is sparser than
 // the lower, so taking the chunks never counted as dense as the others

@@ -10,6 +10,13 @@ import (
 // start of the index, for a test.
 func SetReanchor(c *Collector, d time.Duration) { c.unused.reanchor = d }
 
+// SetSeekTime changes how long one statement of c's seek for the lowest
+// UNUSED id may open windows (its first window always runs), for a test.
+func SetSeekTime(c *Collector, d time.Duration) { c.unused.seekTime = d }
+
+// Seeking says whether c's seek for the lowest UNUSED id is under way.
+func Seeking(c *Collector) bool { return c.unused.seek != nil }
+
 // EvaluateAlerts runs c's alert rules on s, as a poll does, for a test.
 func EvaluateAlerts(c *Collector, s *Snapshot) { c.evaluate(s, func(string, string, ...any) {}) }
 

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -46,6 +47,25 @@ type unusedCounter struct {
 	anchored time.Time
 	reanchor time.Duration // default reanchor
 	unsure   int           // polls without a known lowest live lease id
+	// A look from the start of the index is a seek by windows of ids
+	// (sqlSeek) while the UNUSED session has not read the index's head in
+	// one statement since it started (warm): the first read of each page
+	// costs a new backend tens of microseconds, and claims leave thousands
+	// of pages of dead entries at the head between vacuums. seek is the
+	// one under way (nil: none); meanwhile the poll counts from the last
+	// floor (headID, the lowest UNUSED id the last poll found), and before
+	// any floor is known it counts nothing and shows est.
+	seeks     bool // looks so (the pool's counter; a partition's looks in one statement)
+	seek      *seekState
+	seekN     int64         // ids in the first window of the next seek statement
+	seekTime  time.Duration // a seek statement's budget (0: seekBudget)
+	warm      bool
+	session   uint32 // the UNUSED session's backend (0: unknown)
+	headID    int64
+	headKnown bool
+	freed     bool  // ids were returned below the floor since the last look from the start
+	est       int64 // UNUSED as the statistics have it (-1: unknown)
+	last      unusedFigures
 	// front is the chunk where claims take their ids when that is not the
 	// head's: while claims pass over free ids (starvation), the lowest
 	// UNUSED id stays put and claims move on above it, and the lookahead
@@ -81,7 +101,10 @@ func (u *unusedCounter) setFront(id int64, ok bool) {
 func (u *unusedCounter) lowerFloor(low *int64, valid, freed bool) {
 	switch {
 	case freed:
-		u.floor = nil
+		u.floor, u.freed = nil, true
+		if u.seek != nil && !u.seek.freed {
+			u.seek = nil // ids may have returned below its windows: start again
+		}
 	case !valid:
 		// Too many live leases to know the lowest: look from the start every
 		// few polls, and from this poll's lowest UNUSED id in between (a
@@ -110,23 +133,80 @@ const (
 	maxSweep  = 256   // chunks swept per poll when polls are cheap
 )
 
+// seekState is a look for the lowest UNUSED id under way.
+type seekState struct {
+	from  int64 // no UNUSED id below it, as the windows so far found
+	freed bool  // begun after ids were returned: the figures are estimates until it ends
+	whole bool  // begun by this statement (see warm)
+	polls int   // statements it has taken
+}
+
+const (
+	seekFirst    = 16 * minChunk        // ids in a seek's first window
+	seekBudget   = 5 * time.Millisecond // a seek statement's time, after which it opens no further window
+	warmLookMS   = 10.0                 // a look from the start slower than this (ms) seeks next time
+	maxSeekWidth = math.MaxInt64 / 4
+	// maxSeekPolls: a seek that has not ended in this many polls (claims
+	// move the head away faster than it reads) reads the rest at once.
+	maxSeekPolls = 10
+)
+
 // init learns the id range before the first poll, so that the first poll
-// already counts the right chunks.
+// already counts the right chunks: the lowest UNUSED id by a seek from the
+// start of the index, and the highest id. When the seek runs out of time
+// first (many dead entries at the head of the index), the first polls go
+// on with it and count nothing until it finds the lowest UNUSED id.
 func (u *unusedCounter) init(ctx context.Context, c *Collector, q engine.DBTX) error {
-	var head, top *int64
-	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED'), (SELECT max(id) FROM %[1]s)`, c.t.qualified)).Scan(&head, &top)
-	if err != nil || head == nil || top == nil {
+	u.seekN = max(u.seekN, seekFirst)
+	uq := &unusedQuery{seek: true, seekOnly: true, seekFrom: math.MinInt64, floor: math.MinInt64, tail: -1, aheadFrom: math.MinInt64, above: math.MinInt64, got: map[int64]int64{}}
+	rows, err := q.Query(ctx, fmt.Sprintf(sqlUnused, c.t.qualified), uq.args(0, u.seekN, u.seekTime)...)
+	if err != nil {
 		return err
 	}
-	u.width = max(minChunk, (*top-*head+1)/maxChunks+1)
-	u.head, u.top = *head/u.width, *top/u.width
-	// The first poll looks for the lowest UNUSED id from the one found
-	// here, as any poll from the last one's: the look from the start of the
-	// index reads every entry claims left dead at its head since the last
-	// vacuum, and once is enough.
-	u.floor, u.anchored = head, time.Now()
-	return nil
+	err = uq.scan(rows)
+	r := uq.sought
+	if err != nil || uq.top == nil || r.hi == nil || r.base == nil {
+		return err
+	}
+	top := *uq.top
+	head := *r.base
+	if r.m != nil {
+		head = *r.m
+	}
+	u.width = max(minChunk, (top-min(head, top)+1)/maxChunks+1)
+	u.head, u.top, u.topID = head/u.width, top/u.width, top
+	u.paceSeek(r)
+	if r.m != nil || *r.hi >= *r.bound {
+		// Found (or none at all): the first poll looks for the lowest
+		// UNUSED id from it, as any poll from the last one's.
+		f := *r.hi
+		if r.m != nil {
+			f = *r.m
+		}
+		u.floor, u.anchored, u.warm = &f, time.Now(), true
+		return nil
+	}
+	u.seek = &seekState{from: *r.hi}
+	u.est = -1
+	return q.QueryRow(ctx, sqlUnusedEstimate, c.t.leaves).Scan(&u.est)
 }
+
+// seekResult is what the seek found: the end of its last window (ids
+// below it, from where it began, hold no UNUSED id unless m), that
+// window's width, the lowest UNUSED id if found, the bound it stopped at,
+// the table's lowest id (when it began at the start), and its time on
+// the server.
+type seekResult struct {
+	hi, n, m, bound, base *int64
+	t0, t1                *time.Time
+}
+
+// sqlUnusedEstimate is the UNUSED rows as the statistics have them: the
+// entries of the partial indexes on UNUSED rows (-1: never counted).
+const sqlUnusedEstimate = `
+SELECT coalesce(sum(c.reltuples) FILTER (WHERE c.reltuples >= 0), -1)::bigint
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = ANY($1::oid[]) AND pg_get_expr(i.indpred, i.indrelid) LIKE '%''UNUSED''%'`
 
 // unusedQuery is one poll's plan of the UNUSED statement, and its results.
 type unusedQuery struct {
@@ -148,6 +228,12 @@ type unusedQuery struct {
 	fronted  map[int64]int64
 	el       time.Duration // the statements' time on the server, which paces the sweep
 	sweepEl  time.Duration
+	// the seek's window this poll: from seekFrom up to seekTo at most
+	// (seek false: none); seekOnly: no floor is known yet, and the poll
+	// counts nothing else
+	seek, seekOnly   bool
+	seekFrom, seekTo int64
+	sought           seekResult
 }
 
 // lookFrom is the first chunk the lookahead counted, hc the head's chunk.
@@ -216,10 +302,33 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 	if u.reanchor == 0 {
 		u.reanchor = reanchor
 	}
-	if u.floor != nil && now.Sub(u.anchored) < u.reanchor && !knockout.floor {
+	switch {
+	case u.seek == nil && u.floor != nil && now.Sub(u.anchored) < u.reanchor && !knockout.floor:
 		q.floor = *u.floor
-	} else {
+	case u.seek == nil && (u.warm || !u.seeks): // one look from the start
 		u.anchored = now
+	default:
+		if u.seek == nil {
+			// A seek begins with a small window: the last one's rate was
+			// over pages this session may have read, and these it may not.
+			u.seek = &seekState{from: math.MinInt64, freed: u.freed, whole: true}
+			u.seekN = seekFirst
+		}
+		q.seek, q.seekFrom = true, u.seek.from
+		if u.seek.polls++; u.seek.polls > maxSeekPolls {
+			u.seekN = maxSeekWidth
+		}
+		switch {
+		case u.floor != nil:
+			q.floor = *u.floor
+		case u.headKnown:
+			q.floor = u.headID
+		default:
+			q.seekOnly = true
+		}
+		if !q.seekOnly {
+			q.seekTo = q.floor
+		}
 	}
 	// The tail: the chunks from the previous top to the new one, counted in
 	// the poll they appear, so that ids a producer adds are counted as they
@@ -248,28 +357,58 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 // shorter by them (on a pool of 8 partitions each chunk is 8 descents of
 // the index). A swept chunk the head has reached since is counted from
 // the head on b, and that count is the one kept.
-func (q *unusedQuery) queue(b, sb *pgx.Batch, table string, width int64) {
+func (q *unusedQuery) queue(b, sb *pgx.Batch, table string, width, seekN int64, seekTime time.Duration) {
 	q.got, q.swept, q.fronted = map[int64]int64{}, map[int64]int64{}, map[int64]int64{}
-	b.Queue(fmt.Sprintf(sqlUnused, table), width, q.floor, q.look, q.tail, maxSweep, q.above, q.head0, q.aheadFrom).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var k, n *int64
-			var t0, t1 time.Time
-			if err := rows.Scan(&q.head, &q.top, &k, &n, &t0, &t1); err != nil {
-				return fmt.Errorf("unused ids: %w", err)
-			}
-			if k != nil && n != nil {
-				q.got[*k] = *n
-			}
-			q.el = max(q.el, t1.Sub(t0))
-		}
-		return rows.Err()
-	})
+	b.Queue(fmt.Sprintf(sqlUnused, table), q.args(width, seekN, seekTime)...).Query(q.scan)
+	if q.seekOnly {
+		return
+	}
 	if width > 0 && q.flo < q.fhi {
 		queueChunks(b, table, width, q.flo, q.fhi, "ahead of the claims", q.fronted, &q.el)
 	}
 	if width > 0 && q.lo < q.hi {
 		queueChunks(sb, table, width, q.lo, q.hi, "sweep", q.swept, &q.sweepEl)
 	}
+}
+
+// args are sqlUnused's arguments for chunks width ids wide, and a seek's
+// first window seekN ids wide, its budget seekTime (0: seekBudget).
+func (q *unusedQuery) args(width, seekN int64, seekTime time.Duration) []any {
+	var from, hi0, to, floor *int64
+	if q.seek {
+		from = &q.seekFrom
+		// From the start, the first window ends at the table's lowest id
+		// plus seekN; before any floor, the seek runs up to the highest id.
+		if q.seekFrom != math.MinInt64 {
+			v := q.seekFrom + seekN
+			hi0 = &v
+		}
+		if !q.seekOnly {
+			to = &q.seekTo
+		}
+	}
+	if !q.seekOnly {
+		floor = &q.floor
+	}
+	return []any{width, floor, q.look, q.tail, int64(maxSweep), q.above, q.head0, q.aheadFrom,
+		from, hi0, to, seekN, cmp.Or(seekTime, seekBudget), int64(maxSeekWidth)}
+}
+
+// scan reads sqlUnused's rows into q.
+func (q *unusedQuery) scan(rows pgx.Rows) error {
+	r := &q.sought
+	for rows.Next() {
+		var k, n *int64
+		var t0, t1 time.Time
+		if err := rows.Scan(&q.head, &q.top, &k, &n, &t0, &t1, &r.hi, &r.n, &r.m, &r.bound, &r.base, &r.t0, &r.t1); err != nil {
+			return fmt.Errorf("unused ids: %w", err)
+		}
+		if k != nil && n != nil {
+			q.got[*k] = *n
+		}
+		q.el = max(q.el, t1.Sub(t0))
+	}
+	return rows.Err()
 }
 
 // queueChunks counts the UNUSED ids of chunks [lo, hi) (sqlSweep) into
@@ -304,21 +443,51 @@ func (u *unusedCounter) backOff() { u.per.backOff(2) }
 // subquery only then). The head moves a few hundred ids a poll under
 // claims, mostly within one chunk: one scan of the index instead of two,
 // on a partitioned pool one descent of every partition instead of two.
+//
+// With $9 (not NULL), it first seeks the lowest UNUSED id in [$9, $11) by
+// windows of ids: the first ends at $10 (NULL: the table's lowest id plus
+// $12), each next one twice as wide, until one holds an UNUSED id, the
+// windows reach $11 (NULL: past the highest id), or, at the rate of the
+// windows so far, the next would end past $13 of the statement's time. An id
+// found is the floor; otherwise the floor is $2 (NULL: none, and nothing
+// is counted). The seek's cost is the entries it reads, those claims left
+// dead among them: it grows with its windows, not with the pool.
 const sqlUnused = `
-WITH f AS MATERIALIZED (
+WITH RECURSIVE b AS MATERIALIZED (
+    SELECT coalesce($10::bigint, (SELECT min(id) FROM %[1]s) + $12::bigint) AS hi0,
+           coalesce($11::bigint, (SELECT max(id) FROM %[1]s) + 1) AS bound, clock_timestamp() AS t0
+    WHERE $9::bigint IS NOT NULL
+), w(hi, n, m) AS (
+    SELECT least(b.hi0, b.bound), $12::bigint,
+           (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED' AND id >= $9::bigint AND id < least(b.hi0, b.bound))
+    FROM b
+  UNION ALL
+    SELECT least(w.hi + 2 * w.n, b.bound), 2 * w.n,
+           (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED' AND id >= w.hi AND id < least(w.hi + 2 * w.n, b.bound))
+    FROM w, b
+    WHERE w.m IS NULL AND w.hi < b.bound AND w.n < $14::bigint
+      -- the next window only if, at the rate so far, it ends within the budget
+      AND extract(epoch FROM clock_timestamp() - b.t0) * (w.hi - b.hi0 + $12::bigint + 2 * w.n)
+          < extract(epoch FROM $13::interval) * greatest(w.hi - b.hi0 + $12::bigint, 1)
+), s AS MATERIALIZED (
+    SELECT w.hi, w.n, w.m, b.bound, b.hi0 - $12::bigint AS base, b.t0, clock_timestamp() AS t1
+    FROM w, b ORDER BY w.hi DESC NULLS LAST LIMIT 1
+), fl AS MATERIALIZED (
+    SELECT coalesce((SELECT s.m FROM s), $2::bigint) AS v
+), f AS MATERIALIZED (
     SELECT clock_timestamp() AS t0, min(id) AS m, count(*) AS n FROM %[1]s
-    WHERE status = 'UNUSED' AND id >= $2::bigint AND id < ($2::bigint / nullif($1::bigint, 0) + 1) * $1::bigint
+    WHERE status = 'UNUSED' AND id >= (SELECT v FROM fl) AND id < ((SELECT v FROM fl) / nullif($1::bigint, 0) + 1) * $1::bigint
 ), h AS MATERIALIZED (
     SELECT f.t0, f.n AS fn, f.m IS NOT NULL AS found,
            coalesce(f.m, (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED'
-                          AND id >= coalesce(($2::bigint / nullif($1::bigint, 0) + 1) * $1::bigint, $2::bigint))) AS head,
+                          AND id >= coalesce(((SELECT v FROM fl) / nullif($1::bigint, 0) + 1) * $1::bigint, (SELECT v FROM fl)))) AS head,
            (SELECT max(id) FROM %[1]s) AS top
     FROM f
 )
 SELECT h.head, h.top, c.k,
        coalesce(c.n, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= c.lo AND id < c.hi)),
-       h.t0, clock_timestamp()
-FROM h LEFT JOIN LATERAL (
+       h.t0, clock_timestamp(), s.hi, s.n, s.m, s.bound, s.base, s.t0, s.t1
+FROM h LEFT JOIN s ON true LEFT JOIN LATERAL (
     SELECT h.head / $1::bigint AS k, h.head AS lo, (h.head / $1::bigint + 1) * $1::bigint AS hi, CASE WHEN h.found THEN h.fn END AS n
     WHERE $1::bigint > 0 AND h.head IS NOT NULL
     UNION ALL
@@ -351,6 +520,22 @@ func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Durati
 		}
 	}
 	q.el += q.sweepEl
+	if q.seek {
+		u.endSeek(q, now)
+	}
+	if q.seekOnly && q.head == nil && u.seek != nil {
+		// No floor yet: this poll keeps the last figures, or the
+		// statistics' before any.
+		f := u.last
+		if !u.polled {
+			f = unusedFigures{unused: limit}
+			if u.est >= 0 && (limit <= 0 || u.est < limit) {
+				f.unused = u.est
+			}
+		}
+		f.estimated, f.haveDelta, f.delta = true, false, 0
+		return f
+	}
 	u.floor = nil
 	if q.head != nil {
 		f := *q.head
@@ -359,11 +544,16 @@ func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Durati
 	var f unusedFigures
 	if q.head == nil || q.top == nil {
 		f.delta, f.haveDelta = -u.counts.sum(), u.polled
-		u.counts, u.width, u.polled, u.aheadOK = chunks{}, 0, true, false
+		u.counts, u.width, u.polled, u.aheadOK, u.headKnown = chunks{}, 0, true, false, false
 		u.per.adjust(millis(q.el), millis(budget))
+		u.last = f
 		return f
 	}
 	head, top := *q.head, *q.top
+	u.headID, u.headKnown = head, true
+	if !q.seek && q.floor == math.MinInt64 && millis(q.el) > warmLookMS {
+		u.warm = false // the head of the index costs this session again: seek next time
+	}
 	if u.width > 0 && (top-head)/u.width > 4*maxChunks {
 		// The id range outgrew the chunks it was cut into (ids added far
 		// above the top): cut it again, and count it afresh.
@@ -456,9 +646,56 @@ func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Durati
 	if all := top + 1 - head; missing && all > 0 {
 		f.covered = 1 - float64(missingSpan)/float64(all)
 	}
+	if u.seek != nil && u.seek.freed {
+		f.estimated = true // ids returned below the floor may not be counted yet
+	}
 	// Sweep more chunks per poll when polls are cheap, fewer when not.
 	u.per.adjust(millis(q.el), millis(budget))
+	u.last = f
 	return f
+}
+
+// endSeek takes the seek's result: it ends the seek when the seek found
+// the lowest UNUSED id (from which this poll counted) or reached its bound
+// (none below the floor); otherwise the next poll goes on from where this
+// one stopped.
+func (u *unusedCounter) endSeek(q *unusedQuery, now time.Time) {
+	r := q.sought
+	if u.seek == nil || r.hi == nil || r.n == nil {
+		u.seek = nil // an empty table: nothing to look for
+		return
+	}
+	u.paceSeek(r)
+	if r.m == nil && (r.bound == nil || *r.hi < *r.bound) {
+		u.seek.from, u.seek.whole = *r.hi, false
+		return
+	}
+	u.anchored, u.freed, u.warm = now, false, u.seek.whole
+	u.seek = nil
+}
+
+// paceSeek sizes the next seek statement's first window: as many ids as
+// r's statement read in its budget, at its rate.
+func (u *unusedCounter) paceSeek(r seekResult) {
+	u.seekN = max(minChunk, min(*r.n, maxSeekWidth))
+	if r.t0 == nil || r.t1 == nil || r.base == nil {
+		return
+	}
+	if read, el := *r.hi-*r.base, r.t1.Sub(*r.t0); el > 0 && read > 0 {
+		u.seekN = max(minChunk, min(int64(float64(read)*float64(cmp.Or(u.seekTime, seekBudget))/float64(el)), maxSeekWidth))
+	}
+}
+
+// onSession tells the counter which backend runs its statements this
+// poll: a new one has not read the head of the index yet.
+func (u *unusedCounter) onSession(pid uint32) {
+	if pid == 0 || pid == u.session {
+		return
+	}
+	if u.session != 0 {
+		u.warm = false
+	}
+	u.session = pid
 }
 
 // chunks holds the last count of each chunk and when it was taken, in
