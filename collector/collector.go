@@ -698,9 +698,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	if unusedFig.haveDelta {
 		fell = max(0, -unusedFig.delta)
 	}
-	if passQ == nil {
-		// no window this poll
-	} else if sf := c.passOver.absorb(passQ, start, fell); sf.known {
+	if sf := c.passOver.absorb(passQ, start, fell); sf.known {
 		n, secs := sf.ids, sf.oldest.Seconds()
 		counts.PassedOver, counts.PassedOverFull, counts.PassedOverS, counts.PassedOverBy = &n, sf.full, &secs, sf.by
 	}

@@ -91,6 +91,9 @@ type starvationFigures struct {
 // count of UNUSED lost since the last poll (from the chunks counted at
 // both; 0 when unknown or when it grew).
 func (p *passOver) absorb(q *passQuery, now time.Time, fell int64) starvationFigures {
+	if q == nil { // no window this poll
+		return starvationFigures{}
+	}
 	cur := q.ids
 	if !p.polled {
 		p.prev, p.prevAt, p.polled, p.ids = cur, now, true, map[int64]*passed{}
