@@ -141,6 +141,10 @@ type ReaperStats struct {
 	Errors    int64
 	MaxLag    time.Duration // longest expiry-to-reclaim lag seen
 	MaxBatch  time.Duration // longest single reap statement
+	// MaxLate is the longest a background pass started after it was due
+	// (its interval after the last pass ended): the time the process
+	// waited for a CPU, which a lease waits on top of the interval.
+	MaxLate   time.Duration
 	LastError error
 }
 
@@ -151,8 +155,8 @@ type Reaper struct {
 	engine *Engine
 	cfg    atomic.Pointer[ReaperConfig]
 
-	passes, reclaimed, errs, maxLag, maxBatch atomic.Int64
-	lastErr                                   atomic.Pointer[error]
+	passes, reclaimed, errs, maxLag, maxBatch, maxLate atomic.Int64
+	lastErr                                            atomic.Pointer[error]
 
 	run startstop.Runner
 }
@@ -216,14 +220,18 @@ func (r *Reaper) Start(ctx context.Context) { r.run.Start(ctx, r.loop) }
 func (r *Reaper) loop(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	due := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
 		}
+		storeMax(&r.maxLate, int64(time.Since(due)))
 		_, _ = r.RunOnce(ctx) // errors are counted in Stats
-		timer.Reset(r.Config().Interval)
+		iv := r.Config().Interval
+		due = time.Now().Add(iv)
+		timer.Reset(iv)
 	}
 }
 
@@ -242,6 +250,7 @@ func (r *Reaper) Stats() ReaperStats {
 		Errors:    r.errs.Load(),
 		MaxLag:    time.Duration(r.maxLag.Load()),
 		MaxBatch:  time.Duration(r.maxBatch.Load()),
+		MaxLate:   time.Duration(r.maxLate.Load()),
 	}
 	if p := r.lastErr.Load(); p != nil {
 		s.LastError = *p

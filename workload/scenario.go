@@ -353,8 +353,10 @@ run:
 		MaxReclaimLagMS: ms(rs.MaxLag),
 		// A lease expiring just after a pass waits for the next one: the
 		// grace, one interval, the pass before it and its own statement,
-		// plus timer slack on a loaded machine (100 ms + a fifth of the interval).
-		ReclaimBoundMS: ms(cfg.ReaperGrace + cfg.ReaperInterval + 2*rs.MaxBatch + 100*time.Millisecond + cfg.ReaperInterval/5),
+		// the longest the reaper's process waited for a CPU past a pass's
+		// due time (measured), plus timer slack (100 ms + a fifth of the
+		// interval).
+		ReclaimBoundMS: ms(cfg.ReaperGrace + cfg.ReaperInterval + 2*rs.MaxBatch + rs.MaxLate + 100*time.Millisecond + cfg.ReaperInterval/5),
 		Crashes:        snap.Crashes, Pauses: snap.Pauses, EmptyPool: snap.EmptyPool,
 		Conflicts: snap.Conflicts, Errors: errs, Audit: audit,
 		LeasesLost: snap.LeasesLost, Transferred: snap.Transferred, OldHolderRejections: snap.OldHolderRejections,
