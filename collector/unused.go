@@ -270,6 +270,7 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 		u.per = pace{n: 8, lo: 1, hi: maxSweep, step: 1}
 	}
 	q := &unusedQuery{floor: math.MinInt64, tail: -1, aheadFrom: math.MinInt64, above: math.MinInt64}
+	cursor := u.cursor
 	// The lookahead: the chunks the head may enter before the next poll,
 	// counted now (ahead of the head as this poll finds it), so that the
 	// next poll knows their previous counts: the change in UNUSED is
@@ -306,7 +307,7 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 	case u.seek == nil && u.floor != nil && now.Sub(u.anchored) < u.reanchor && !knockout.floor:
 		q.floor = *u.floor
 	case u.seek == nil && (u.warm || !u.seeks): // one look from the start
-		u.anchored = now
+		u.anchored, u.freed = now, false
 	default:
 		if u.seek == nil {
 			// A seek begins with a small window: the last one's rate was
@@ -328,6 +329,10 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 		}
 		if !q.seekOnly {
 			q.seekTo = q.floor
+		} else {
+			// Nothing but the seek is sent: no chunk is swept this poll
+			// (absorb takes a planned chunk without a count for empty).
+			u.cursor, q.lo, q.hi, q.flo, q.fhi = cursor, 0, 0, 0, 0
 		}
 	}
 	// The tail: the chunks from the previous top to the new one, counted in

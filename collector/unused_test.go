@@ -362,3 +362,26 @@ func TestUnusedCounterFollowsClaimsPastStarvedIds(t *testing.T) {
 		}
 	}
 }
+
+// A poll of a seek before any floor sends the seek alone: it plans no
+// chunk of the sweep nor ahead of the claims (absorb would take a planned
+// chunk without a count for an empty one) and leaves the sweep's cursor
+// where it was.
+func TestASeekBeforeAnyFloorSweepsNothing(t *testing.T) {
+	_, u := newIDModel(60_000)
+	u.seeks, u.seek, u.cursor = true, &seekState{from: 5000}, 40
+	u.front, u.frontOK, u.frontMoved = 20, true, 1
+	q := u.plan(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
+	if !q.seek || !q.seekOnly || q.seekFrom != 5000 {
+		t.Fatalf("seek %v, before any floor %v, from %d: want a seek from 5000 before any floor", q.seek, q.seekOnly, q.seekFrom)
+	}
+	if q.lo != q.hi || q.flo != q.fhi || u.cursor != 40 {
+		t.Fatalf("sweep [%d, %d), ahead [%d, %d), cursor %d: want none planned and the cursor at 40", q.lo, q.hi, q.flo, q.fhi, u.cursor)
+	}
+	// With a floor, the sweep goes on beside the seek.
+	u.headID, u.headKnown = 3000, true
+	q = u.plan(time.Date(2026, 12, 4, 12, 0, 1, 0, time.UTC))
+	if q.seekOnly || q.floor != 3000 || q.seekTo != 3000 || q.lo >= q.hi {
+		t.Fatalf("with a floor: before any floor %v, floor %d, seek to %d, sweep [%d, %d)", q.seekOnly, q.floor, q.seekTo, q.lo, q.hi)
+	}
+}
