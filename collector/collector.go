@@ -279,7 +279,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		pool.Close()
 		return nil, err
 	}
-	c.unused.seeks = true
+	c.unused.seeks = !c.t.partitioned
 	c.census.byTID = c.t.version >= 140000
 	c.leaseless = census{byTID: c.census.byTID, leaseless: true}
 	c.pending.canRange = c.census.byTID || c.t.idIndex

@@ -360,7 +360,7 @@ func (c *Collector) startPoll() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.rebuilt {
-		c.unused = unusedCounter{reanchor: c.unused.reanchor, seeks: true}
+		c.unused = unusedCounter{reanchor: c.unused.reanchor, seeks: c.unused.seeks}
 		c.total = totalCounter{}
 		c.pending = pendingCounter{}
 		c.census = census{byTID: c.census.byTID}

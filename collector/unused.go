@@ -55,7 +55,11 @@ type unusedCounter struct {
 	// one under way (nil: none); meanwhile the poll counts from the last
 	// floor (headID, the lowest UNUSED id the last poll found), and before
 	// any floor is known it counts nothing and shows est.
-	seeks     bool // looks so (the pool's counter; a partition's looks in one statement)
+	// seeks: looks so (an unpartitioned pool's counter; on a partitioned
+	// pool, planning the seek's windows over every partition cost a new
+	// session more than the dead head it spares, and a partition's counter
+	// looks in one statement)
+	seeks     bool
 	seek      *seekState
 	seekN     int64         // ids in the first window of the next seek statement
 	seekTime  time.Duration // a seek statement's budget (0: seekBudget)
@@ -158,12 +162,22 @@ const (
 // on with it and count nothing until it finds the lowest UNUSED id.
 func (u *unusedCounter) init(ctx context.Context, c *Collector, q engine.DBTX) error {
 	u.seekN = max(u.seekN, seekFirst)
-	uq := &unusedQuery{seek: true, seekOnly: true, seekFrom: math.MinInt64, floor: math.MinInt64, tail: -1, aheadFrom: math.MinInt64, above: math.MinInt64, got: map[int64]int64{}}
-	rows, err := q.Query(ctx, fmt.Sprintf(sqlUnused, c.t.qualified), uq.args(0, u.seekN, u.seekTime)...)
+	uq := &unusedQuery{seek: u.seeks, seekOnly: u.seeks, seekFrom: math.MinInt64, floor: math.MinInt64, tail: -1, aheadFrom: math.MinInt64, above: math.MinInt64, got: map[int64]int64{}}
+	rows, err := q.Query(ctx, uq.sql(c.t.qualified), uq.args(0, u.seekN, u.seekTime)...)
 	if err != nil {
 		return err
 	}
 	err = uq.scan(rows)
+	if !u.seeks { // one look from the start
+		if err != nil || uq.head == nil || uq.top == nil {
+			return err
+		}
+		head, top := *uq.head, *uq.top
+		u.width = max(minChunk, (top-head+1)/maxChunks+1)
+		u.head, u.top, u.topID = head/u.width, top/u.width, top
+		u.floor, u.anchored = &head, time.Now()
+		return nil
+	}
 	r := uq.sought
 	if err != nil || uq.top == nil || r.hi == nil || r.base == nil {
 		return err
@@ -364,7 +378,7 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 // the head on b, and that count is the one kept.
 func (q *unusedQuery) queue(b, sb *pgx.Batch, table string, width, seekN int64, seekTime time.Duration) {
 	q.got, q.swept, q.fronted = map[int64]int64{}, map[int64]int64{}, map[int64]int64{}
-	b.Queue(fmt.Sprintf(sqlUnused, table), q.args(width, seekN, seekTime)...).Query(q.scan)
+	b.Queue(q.sql(table), q.args(width, seekN, seekTime)...).Query(q.scan)
 	if q.seekOnly {
 		return
 	}
@@ -374,6 +388,15 @@ func (q *unusedQuery) queue(b, sb *pgx.Batch, table string, width, seekN int64, 
 	if width > 0 && q.lo < q.hi {
 		queueChunks(sb, table, width, q.lo, q.hi, "sweep", q.swept, &q.sweepEl)
 	}
+}
+
+// sql is the UNUSED statement on table: with the seek's windows if the
+// poll seeks.
+func (q *unusedQuery) sql(table string) string {
+	if q.seek {
+		return fmt.Sprintf(sqlUnusedSeek, table, "(SELECT v FROM fl)")
+	}
+	return fmt.Sprintf(sqlUnused, table, "$2::bigint")
 }
 
 // args are sqlUnused's arguments for chunks width ids wide, and a seek's
@@ -395,8 +418,11 @@ func (q *unusedQuery) args(width, seekN int64, seekTime time.Duration) []any {
 	if !q.seekOnly {
 		floor = &q.floor
 	}
-	return []any{width, floor, q.look, q.tail, int64(maxSweep), q.above, q.head0, q.aheadFrom,
-		from, hi0, to, seekN, cmp.Or(seekTime, seekBudget), int64(maxSeekWidth)}
+	args := []any{width, floor, q.look, q.tail, int64(maxSweep), q.above, q.head0, q.aheadFrom}
+	if !q.seek {
+		return args
+	}
+	return append(args, from, hi0, to, seekN, cmp.Or(seekTime, seekBudget), int64(maxSeekWidth))
 }
 
 // scan reads sqlUnused's rows into q.
@@ -457,8 +483,24 @@ func (u *unusedCounter) backOff() { u.per.backOff(2) }
 // found is the floor; otherwise the floor is $2 (NULL: none, and nothing
 // is counted). The seek's cost is the entries it reads, those claims left
 // dead among them: it grows with its windows, not with the pool.
-const sqlUnused = `
-WITH RECURSIVE b AS MATERIALIZED (
+const (
+	// sqlUnused is the UNUSED statement without a seek (8 arguments).
+	sqlUnused = "\nWITH " + sqlUnusedCount + `
+SELECT h.head, h.top, c.k,
+       coalesce(c.n, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= c.lo AND id < c.hi)),
+       h.t0, clock_timestamp(), NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::timestamptz, NULL::timestamptz
+FROM h ` + sqlUnusedChunks
+	// sqlUnusedSeek is the UNUSED statement after a seek (14 arguments):
+	// a statement of its own, so that the plain one (and a partition's)
+	// is not planned with the seek's subqueries.
+	sqlUnusedSeek = "\nWITH RECURSIVE " + sqlSeekWindows + `, fl AS MATERIALIZED (
+    SELECT coalesce((SELECT s.m FROM s), $2::bigint) AS v
+), ` + sqlUnusedCount + `
+SELECT h.head, h.top, c.k,
+       coalesce(c.n, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= c.lo AND id < c.hi)),
+       h.t0, clock_timestamp(), s.hi, s.n, s.m, s.bound, s.base, s.t0, s.t1
+FROM h LEFT JOIN s ON true ` + sqlUnusedChunks
+	sqlSeekWindows = `b AS MATERIALIZED (
     SELECT coalesce($10::bigint, (SELECT min(id) FROM %[1]s) + $12::bigint) AS hi0,
            coalesce($11::bigint, (SELECT max(id) FROM %[1]s) + 1) AS bound, clock_timestamp() AS t0
     WHERE $9::bigint IS NOT NULL
@@ -477,22 +519,19 @@ WITH RECURSIVE b AS MATERIALIZED (
 ), s AS MATERIALIZED (
     SELECT w.hi, w.n, w.m, b.bound, b.hi0 - $12::bigint AS base, b.t0, clock_timestamp() AS t1
     FROM w, b ORDER BY w.hi DESC NULLS LAST LIMIT 1
-), fl AS MATERIALIZED (
-    SELECT coalesce((SELECT s.m FROM s), $2::bigint) AS v
-), f AS MATERIALIZED (
+)`
+	// sqlUnusedCount: %[2]s is the floor.
+	sqlUnusedCount = `f AS MATERIALIZED (
     SELECT clock_timestamp() AS t0, min(id) AS m, count(*) AS n FROM %[1]s
-    WHERE status = 'UNUSED' AND id >= (SELECT v FROM fl) AND id < ((SELECT v FROM fl) / nullif($1::bigint, 0) + 1) * $1::bigint
+    WHERE status = 'UNUSED' AND id >= %[2]s AND id < (%[2]s / nullif($1::bigint, 0) + 1) * $1::bigint
 ), h AS MATERIALIZED (
     SELECT f.t0, f.n AS fn, f.m IS NOT NULL AS found,
            coalesce(f.m, (SELECT min(id) FROM %[1]s WHERE status = 'UNUSED'
-                          AND id >= coalesce(((SELECT v FROM fl) / nullif($1::bigint, 0) + 1) * $1::bigint, (SELECT v FROM fl)))) AS head,
+                          AND id >= coalesce((%[2]s / nullif($1::bigint, 0) + 1) * $1::bigint, %[2]s))) AS head,
            (SELECT max(id) FROM %[1]s) AS top
     FROM f
-)
-SELECT h.head, h.top, c.k,
-       coalesce(c.n, (SELECT count(*) FROM %[1]s WHERE status = 'UNUSED' AND id >= c.lo AND id < c.hi)),
-       h.t0, clock_timestamp(), s.hi, s.n, s.m, s.bound, s.base, s.t0, s.t1
-FROM h LEFT JOIN s ON true LEFT JOIN LATERAL (
+)`
+	sqlUnusedChunks = `LEFT JOIN LATERAL (
     SELECT h.head / $1::bigint AS k, h.head AS lo, (h.head / $1::bigint + 1) * $1::bigint AS hi, CASE WHEN h.found THEN h.fn END AS n
     WHERE $1::bigint > 0 AND h.head IS NOT NULL
     UNION ALL
@@ -505,6 +544,7 @@ FROM h LEFT JOIN s ON true LEFT JOIN LATERAL (
     FROM generate_series(greatest($4::bigint, h.head / $1::bigint + 1), least(h.top / $1::bigint, $4::bigint + $5::bigint)) AS g(k)
     WHERE $1::bigint > 0 AND $4::bigint >= 0 AND h.head IS NOT NULL AND h.top > $6::bigint
 ) AS c ON true`
+)
 
 // sqlSweep counts the UNUSED ids of chunks [$2, $3), $1 ids wide.
 const sqlSweep = `
