@@ -48,7 +48,7 @@ type unusedCounter struct {
 	reanchor time.Duration // default reanchor
 	unsure   int           // polls without a known lowest live lease id
 	// A look from the start of the index is a seek by windows of ids
-	// (sqlSeek) while the UNUSED session has not read the index's head in
+	// (sqlUnusedSeek) while the UNUSED session has not read the index's head in
 	// one statement since it started (warm): the first read of each page
 	// costs a new backend tens of microseconds, and claims leave thousands
 	// of pages of dead entries at the head between vacuums. seek is the
