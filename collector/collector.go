@@ -543,20 +543,6 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 			conn.Release()
 		}
 	}()
-	// The UNUSED batch's session: the first at poll 1, the second after.
-	if u := min(c.polls, 1); u < len(conns) {
-		c.unused.onSession(conns[u].Conn().PgConn().PID())
-	}
-	if c.unused.width == 0 {
-		var q engine.DBTX = c.pool
-		if len(conns) > 0 {
-			q = conns[0]
-		}
-		if err := c.unused.init(ctx, c, q); err != nil {
-			c.backOff()
-			return s, fmt.Errorf("poll: %w", err)
-		}
-	}
 	// Three batches on three sessions at once: the UNUSED count on one;
 	// the PENDING count and the UNUSED sweep on another (on 8 partitions
 	// the sweep made the third session's polls the longest; without a
@@ -576,6 +562,20 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	case 1: // a second one counts UNUSED
 		pendingBatch = serverBatch
 		batches = batches[:2]
+	}
+	// The session of the UNUSED batch, which also learns the id range: a
+	// new backend has not read the head of the index yet (see
+	// unusedCounter.seek).
+	var unusedOn engine.DBTX = c.pool
+	if i := slices.Index(batches, unusedBatch); i >= 0 && i < len(conns) {
+		unusedOn = conns[i]
+		c.unused.onSession(conns[i].Conn().PgConn().PID())
+	}
+	if c.unused.width == 0 {
+		if err := c.unused.init(ctx, c, unusedOn); err != nil {
+			c.backOff()
+			return s, fmt.Errorf("poll: %w", err)
+		}
 	}
 	c.queueServer(serverBatch, &s)
 	unusedQ := c.unused.plan(start)
