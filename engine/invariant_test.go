@@ -314,7 +314,7 @@ func TestInvariantFenceAtSystemOfRecord(t *testing.T) {
 			_, err := engine.New(pool).LeaseCommit(b.ctx, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: "a", RequestID: "zombie"})
 			done <- err
 		}()
-		b.waitLockWaiter(t, "fence-test")
+		b.waitLockWaiter(t, "fence-test", tx)
 		if err := tx.Commit(b.ctx); err != nil {
 			t.Fatal(err)
 		}

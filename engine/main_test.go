@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"sync"
 	"testing"
 	"time"
@@ -103,13 +104,21 @@ func (b *bundle) effects(t *testing.T, id int64) int {
 	return n
 }
 
-// waitLockWaiter polls pg_stat_activity until a session of appName waits on a lock.
-func (b *bundle) waitLockWaiter(t *testing.T, appName string) {
+// waitLockWaiter polls pg_stat_activity until a session of appName waits
+// on a lock that blocker's session holds.
+func (b *bundle) waitLockWaiter(t *testing.T, appName string, blocker pgx.Tx) {
 	t.Helper()
-	pgtest.Eventually(t, "a session of "+appName+" waiting on a lock", 10*time.Second, func() bool {
+	// Blocked by that transaction's backend, not by any lock: the tests
+	// commit the peer once the claim's update waits on its row, and a wait
+	// on another session's lock would let that commit come first.
+	var pid int32
+	if err := blocker.QueryRow(b.ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, "a session of "+appName+" waiting on a lock of the peer", 10*time.Second, func() bool {
 		var n int
 		err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND application_name = $1`, appName).Scan(&n)
+			WHERE wait_event_type = 'Lock' AND application_name = $1 AND $2::int = ANY(pg_blocking_pids(pid))`, appName, pid).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -421,7 +421,7 @@ func TestOptimisticConflictIsCountedAndRetried(t *testing.T) {
 			}
 			done <- ls
 		}()
-		b.waitLockWaiter(t, "optimist") // its version-checked UPDATE waits on the peer's row
+		b.waitLockWaiter(t, "optimist", tx) // its version-checked UPDATE waits on the peer's row
 		if err := tx.Commit(b.ctx); err != nil {
 			t.Fatal(err)
 		}
