@@ -157,6 +157,8 @@ type target struct {
 	idIndex      bool // an index whose first column is id, not partial: the rows are counted through it
 	unusedIndex  string
 	pendingIndex string
+	// pendingPages is the size of the PENDING index when watch started.
+	pendingPages int64
 	version      int  // server_version_num
 	monitor      bool // pg_monitor or superuser
 	versionText  string
@@ -279,10 +281,11 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		pool.Close()
 		return nil, err
 	}
-	c.unused.seeks = !c.t.partitioned
+	c.unused.seeks = true
 	c.census.byTID = c.t.version >= 140000
 	c.leaseless = census{byTID: c.census.byTID, leaseless: true}
 	c.pending.canRange = c.census.byTID || c.t.idIndex
+	c.pending.large = c.t.pendingPages > largePending
 	c.claims.probe(ctx, pool, c.t.name, c.t.version)
 	// The session that resolved the table has read some of the catalog the
 	// first poll needs: that poll runs on it (see sessions).
@@ -290,7 +293,11 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		c.seats[0] = conn.Conn().PgConn().PID()
 		conn.Release()
 	}
-	openSessions(ctx, pool.Raw(), int(pcfg.MaxConns))
+	if c.t.partitioned {
+		openSessions(ctx, pool.Raw(), 1) // see pollSessions
+	} else {
+		openSessions(ctx, pool.Raw(), int(pcfg.MaxConns))
+	}
 	return c, nil
 }
 
@@ -471,6 +478,17 @@ FROM pg_index i WHERE i.indrelid = $1 AND i.indisvalid`, t.oid)
 		}
 	}
 	rows.Close()
+	if t.pendingIndex != "" {
+		// Its pages (of every partition's index), from the files: the
+		// statistics' count of a partial index's entries is not kept by a
+		// VACUUM that finds nothing to remove from it.
+		// (pg_partition_tree lists nothing for an index of no partition.)
+		err := c.pool.QueryRow(ctx, `SELECT coalesce((SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree($1::regclass) WHERE isleaf),
+	pg_relation_size($1::regclass))::bigint / current_setting('block_size')::bigint`, t.pendingIndex).Scan(&t.pendingPages)
+		if err != nil {
+			return err
+		}
+	}
 	var ledger *uint32
 	if err := c.pool.QueryRow(ctx, `SELECT to_regclass($1)::oid`, pgx.Identifier{schema, "business_ledger"}.Sanitize()).Scan(&ledger); err != nil {
 		return err
@@ -533,7 +551,11 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	}
 	// Each batch runs on its own session, the same at every poll (see
 	// sessions); at the start they come in one a poll.
-	conns, err := c.sessions(ctx, min(c.polls+1, pollSessions))
+	n := min(c.polls+1, pollSessions)
+	if c.t.partitioned {
+		n = 1 // see pollSessions
+	}
+	conns, err := c.sessions(ctx, n)
 	if err != nil {
 		c.backOff()
 		return s, fmt.Errorf("poll: %w", err)
@@ -555,11 +577,11 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	// process for a second one. (A fourth session made polls slower.)
 	serverBatch, unusedBatch, pendingBatch := &pgx.Batch{}, &pgx.Batch{}, &pgx.Batch{}
 	batches := []*pgx.Batch{serverBatch, unusedBatch, pendingBatch}
-	switch c.polls {
-	case 0: // one session, warm by the end of the poll, reads it all
+	switch n {
+	case 1: // one session, warm by the end of the poll, reads it all
 		unusedBatch, pendingBatch = serverBatch, serverBatch
 		batches = batches[:1]
-	case 1: // a second one counts UNUSED
+	case 2: // a second one counts UNUSED
 		pendingBatch = serverBatch
 		batches = batches[:2]
 	}
@@ -749,6 +771,13 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 }
 
 // pollSessions is how many sessions a poll uses once all have polled.
+// A partitioned pool's polls use one: a backend's first statements over
+// every partition cost it the catalog of each and a first read of each
+// page (planning one statement over 8 partitions, 8–28 ms on a new
+// backend), and a batch moved to a second and a third session paid that
+// again at polls 2 and 3 (50 ms and more), where one session's polls are
+// a few ms slower in wall time but cost the server less at every poll
+// (docs/benchmarks.md).
 const pollSessions = 3
 
 // sessions returns the sessions of a poll's batches: the i-th runs batch

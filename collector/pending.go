@@ -72,6 +72,9 @@ type pendingCounter struct {
 	// index may read: firstNoneCap at first, twice as far after each look
 	// that found that many, up to noneCap+1.
 	look int64
+	// large: the PENDING index held more pages than the first walk reads
+	// (largePending) when watch started (see plan).
+	large bool
 }
 
 // pendingSlice holds the PENDING rows whose lease expires in [lo, hi); a nil lo is
@@ -128,6 +131,7 @@ const (
 	maxPending   = 262_144 // … and at most
 	initPending  = 2_048   // the first walk: a cold index costs a page read every few hundred entries
 	maxWalk      = 16_384  // entries walked per poll at most (see absorb)
+	largePending = 8       // pages of the PENDING index the first walk reads about (initPending entries)
 )
 
 // pendingQuery is the plan of one poll's PENDING statements, and their results.
@@ -179,6 +183,13 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	}
 	q.capped, q.cap = p.canRange, min(p.look, noneCap+1)
 	q.askForever, q.askLow = p.polls%foreverEvery == 0, p.lowSkip <= 0 || p.live <= lowCap
+	if p.polls == 0 && p.large {
+		// The first poll of a pool its first walk cannot cover (its figures
+		// are estimated anyway) runs on one new backend, whose first read
+		// of each page costs tens of µs: the lowest live lease and the rows
+		// without a lease, a heap fetch each, wait for the second poll.
+		q.none, q.askLow = false, false
+	}
 	p.polls++
 	// Walked: a slice holding a cut that grew too wide (its split would cost
 	// more and more), else the first slice not counted yet, else the first
@@ -417,6 +428,8 @@ func (q *pendingQuery) queueWalk(b *pgx.Batch, table, index string, slices []pen
 	// never slow, doubled at every walk to its largest, 262,144 entries).
 	// One streaming pass over the index entries (no sort, no materialized
 	// set): rank() is the position of the first entry of a key's run.
+	// The index's entries by the catalog: its partitions', or its own
+	// (pg_partition_tree lists nothing for an index of no partition).
 	from, upto := bound(slices[q.walkAt].lo, false), bound(slices[q.walkAt].hi, true)
 	b.Queue(fmt.Sprintf(`
 SELECT statement_timestamp(), count(*), min(k),
@@ -424,8 +437,9 @@ SELECT statement_timestamp(), count(*), min(k),
            count(*) FILTER (WHERE k < $7::timestamptz)),
        coalesce(array_agg(k ORDER BY rn) FILTER (WHERE rn %% $4::bigint = 1 AND rn > 1 AND r > 1), '{}'),
        coalesce(array_agg(r ORDER BY rn) FILTER (WHERE rn %% $4::bigint = 1 AND rn > 1 AND r > 1), '{}'),
-       (SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_partition_tree(%[2]s::regclass) AS t
-        JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf),
+       coalesce((SELECT sum(greatest(c.reltuples, 0))::bigint FROM pg_partition_tree(%[2]s::regclass) AS t
+                 JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf),
+                (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = %[2]s::regclass)),
        clock_timestamp()
 FROM (SELECT leased_until AS k, row_number() OVER w AS rn, rank() OVER w AS r
       FROM (SELECT leased_until FROM %[1]s WHERE status = 'PENDING'

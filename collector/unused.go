@@ -55,11 +55,12 @@ type unusedCounter struct {
 	// one under way (nil: none); meanwhile the poll counts from the last
 	// floor (headID, the lowest UNUSED id the last poll found), and before
 	// any floor is known it counts nothing and shows est.
-	// seeks: looks so (an unpartitioned pool's counter; on a partitioned
-	// pool, planning the seek's windows over every partition cost a new
-	// session more than the dead head it spares, and a partition's counter
-	// looks in one statement)
-	seeks     bool
+	// seeks: looks so (the pool's counter; a partition's counter looks
+	// in one statement)
+	seeks bool
+	// guessed: head is the table's lowest id, not a found head (the first
+	// seek had not found it); the find is then no move of the head
+	guessed   bool
 	seek      *seekState
 	seekN     int64         // ids in the first window of the next seek statement
 	seekTime  time.Duration // a seek statement's budget (0: seekBudget)
@@ -201,6 +202,7 @@ func (u *unusedCounter) init(ctx context.Context, c *Collector, q engine.DBTX) e
 		return nil
 	}
 	u.seek = &seekState{from: *r.hi}
+	u.guessed = true
 	u.est = -1
 	return q.QueryRow(ctx, sqlUnusedEstimate, c.t.leaves).Scan(&u.est)
 }
@@ -640,6 +642,13 @@ func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Durati
 	// A head that moved down (ids returned below it) left chunks between the
 	// two heads uncounted: the next poll looks ahead over them too.
 	u.moved = max(h-u.head, u.head-h)
+	if u.guessed {
+		// A seek's find jumps over the dead head of the index: no claim
+		// moved the head, and a lookahead of twice the jump would count up
+		// to maxSweep chunks at the next poll (on a partitioned pool each
+		// a scan of every partition).
+		u.moved, u.guessed = 0, false
+	}
 	if q.look > 0 {
 		// Chunks past the window keep the counts of earlier lookaheads;
 		// but a window counted from the head's next chunk on (the head
