@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -616,4 +617,39 @@ func TestPendingNotWalkedYetIsEstimatedFromTheStatistics(t *testing.T) {
 	if off := math.Abs(float64(p.Pending-tr.pending)) / float64(tr.pending); off > 0.1 {
 		t.Fatalf("after poll 1: pending %d, truth %d (%.0f%% off); want within 10%%", p.Pending, tr.pending, 100*off)
 	}
+}
+
+// A large partitioned pool's first poll leaves the count of its rows to
+// the second (the statistics' total meanwhile, not a missing index), and
+// the counts still come to the truth.
+func TestALargePartitionedPoolCountsItsRowsFromTheSecondPoll(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := shapes[3].build(t, 60_000) // a PENDING index of 6,000 entries
+	conn := pgtest.Conn(t, schema)
+	c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
+	cfg := c.Config()
+	s, err := c.Poll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range s.Limits {
+		if strings.Contains(l, "no index on id") {
+			t.Fatalf("poll 1 says %q of a pool with a primary key", l)
+		}
+	}
+	if !slices.Contains(s.Pool.Estimated, "consumed") || s.Pool.Total <= 0 {
+		t.Fatalf("poll 1: total %d, estimated %v; want the statistics' total, estimated", s.Pool.Total, s.Pool.Estimated)
+	}
+	tr := countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
+	for poll := 2; poll <= 100; poll++ {
+		if s, err = c.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if e, _ := worstError(s.Pool, tr); e == 0 {
+			return
+		}
+	}
+	e, which := worstError(s.Pool, tr)
+	t.Fatalf("after 100 polls: %s off by %.2f%%", which, e)
 }
