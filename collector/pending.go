@@ -428,8 +428,11 @@ func (q *pendingQuery) queueWalk(b *pgx.Batch, table, index string, slices []pen
 	// never slow, doubled at every walk to its largest, 262,144 entries).
 	// One streaming pass over the index entries (no sort, no materialized
 	// set): rank() is the position of the first entry of a key's run.
-	// The index's entries by the catalog: its partitions', or its own
-	// (pg_partition_tree lists nothing for an index of no partition).
+	// The index's entries by the catalog, of a partitioned index only:
+	// pg_partition_tree lists nothing for an index of no partition, and
+	// an index's own count, on a pool whose claims churn, counts entries
+	// vacuum could not yet remove (the demo's leak read 7,777 PENDING for
+	// about 1,100 with it).
 	from, upto := bound(slices[q.walkAt].lo, false), bound(slices[q.walkAt].hi, true)
 	b.Queue(fmt.Sprintf(`
 SELECT statement_timestamp(), count(*), min(k),
@@ -437,9 +440,8 @@ SELECT statement_timestamp(), count(*), min(k),
            count(*) FILTER (WHERE k < $7::timestamptz)),
        coalesce(array_agg(k ORDER BY rn) FILTER (WHERE rn %% $4::bigint = 1 AND rn > 1 AND r > 1), '{}'),
        coalesce(array_agg(r ORDER BY rn) FILTER (WHERE rn %% $4::bigint = 1 AND rn > 1 AND r > 1), '{}'),
-       coalesce((SELECT sum(greatest(c.reltuples, 0))::bigint FROM pg_partition_tree(%[2]s::regclass) AS t
-                 JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf),
-                (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = %[2]s::regclass)),
+       (SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_partition_tree(%[2]s::regclass) AS t
+        JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf),
        clock_timestamp()
 FROM (SELECT leased_until AS k, row_number() OVER w AS rn, rank() OVER w AS r
       FROM (SELECT leased_until FROM %[1]s WHERE status = 'PENDING'

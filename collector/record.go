@@ -362,7 +362,7 @@ func (c *Collector) startPoll() int {
 	if c.rebuilt {
 		c.unused = unusedCounter{reanchor: c.unused.reanchor, seeks: c.unused.seeks}
 		c.total = totalCounter{}
-		c.pending = pendingCounter{canRange: c.pending.canRange}
+		c.pending = pendingCounter{}
 		c.census = census{byTID: c.census.byTID}
 		c.holders = holderSample{}
 		c.parts = partitionCounts{}

@@ -594,31 +594,6 @@ func TestAPartitionedPoolPollsOnOneSession(t *testing.T) {
 	}
 }
 
-// While the walk has not covered the PENDING index of a pool without
-// partitions, the part not walked yet is taken from the statistics'
-// count of the index's entries: PENDING reads near the truth, marked
-// estimated, and the pool line says how far the counting is.
-func TestPendingNotWalkedYetIsEstimatedFromTheStatistics(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	schema := shapes[1].build(t, 200_000) // 20,000 PENDING, 5,000 of them without a lease
-	conn := pgtest.Conn(t, schema)
-	c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
-	cfg := c.Config()
-	tr := countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
-	s, err := c.Poll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := s.Pool
-	if !slices.Contains(p.Estimated, "pending") || p.Counted == nil || *p.Counted >= 1 {
-		t.Fatalf("after poll 1 (a walk of 2,048 entries of %d): estimated %v, counted %v; want pending estimated, counted under 100%%", tr.pending, p.Estimated, p.Counted)
-	}
-	if off := math.Abs(float64(p.Pending-tr.pending)) / float64(tr.pending); off > 0.1 {
-		t.Fatalf("after poll 1: pending %d, truth %d (%.0f%% off); want within 10%%", p.Pending, tr.pending, 100*off)
-	}
-}
-
 // A large partitioned pool's first poll leaves the count of its rows to
 // the second (the statistics' total meanwhile, not a missing index), and
 // the counts still come to the truth.
