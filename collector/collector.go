@@ -293,11 +293,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		c.seats[0] = conn.Conn().PgConn().PID()
 		conn.Release()
 	}
-	if c.t.partitioned {
-		openSessions(ctx, pool.Raw(), 1) // see pollSessions
-	} else {
-		openSessions(ctx, pool.Raw(), int(pcfg.MaxConns))
-	}
+	openSessions(ctx, pool.Raw(), c.sessionsWanted())
 	return c, nil
 }
 
@@ -551,10 +547,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	}
 	// Each batch runs on its own session, the same at every poll (see
 	// sessions); at the start they come in one a poll.
-	n := min(c.polls+1, pollSessions)
-	if c.t.partitioned {
-		n = 1 // see pollSessions
-	}
+	n := min(c.polls+1, c.sessionsWanted())
 	conns, err := c.sessions(ctx, n)
 	if err != nil {
 		c.backOff()
@@ -782,9 +775,18 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 // page (planning one statement over 8 partitions, 8–28 ms on a new
 // backend), and a batch moved to a second and a third session paid that
 // again at polls 2 and 3 (50 ms and more), where one session's polls are
-// a few ms slower in wall time but cost the server less at every poll
-// (docs/benchmarks.md).
+// 4–9 ms slower in wall time under claims but cost the server less at
+// every poll (docs/benchmarks.md).
 const pollSessions = 3
+
+// sessionsWanted is how many sessions c's polls use once all have polled
+// (see pollSessions).
+func (c *Collector) sessionsWanted() int {
+	if c.t.partitioned {
+		return 1
+	}
+	return pollSessions
+}
 
 // sessions returns the sessions of a poll's batches: the i-th runs batch
 // i, on the backend that ran it at the last poll, where that one is still

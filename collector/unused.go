@@ -163,22 +163,12 @@ const (
 // on with it and count nothing until it finds the lowest UNUSED id.
 func (u *unusedCounter) init(ctx context.Context, c *Collector, q engine.DBTX) error {
 	u.seekN = max(u.seekN, seekFirst)
-	uq := &unusedQuery{seek: u.seeks, seekOnly: u.seeks, seekFrom: math.MinInt64, floor: math.MinInt64, tail: -1, aheadFrom: math.MinInt64, above: math.MinInt64, got: map[int64]int64{}}
+	uq := &unusedQuery{seek: true, seekOnly: true, seekFrom: math.MinInt64, floor: math.MinInt64, tail: -1, aheadFrom: math.MinInt64, above: math.MinInt64, got: map[int64]int64{}}
 	rows, err := q.Query(ctx, uq.sql(c.t.qualified), uq.args(0, u.seekN, u.seekTime)...)
 	if err != nil {
 		return err
 	}
 	err = uq.scan(rows)
-	if !u.seeks { // one look from the start
-		if err != nil || uq.head == nil || uq.top == nil {
-			return err
-		}
-		head, top := *uq.head, *uq.top
-		u.width = max(minChunk, (top-head+1)/maxChunks+1)
-		u.head, u.top, u.topID = head/u.width, top/u.width, top
-		u.floor, u.anchored = &head, time.Now()
-		return nil
-	}
 	r := uq.sought
 	if err != nil || uq.top == nil || r.hi == nil || r.base == nil {
 		return err
