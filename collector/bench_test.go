@@ -3,6 +3,7 @@ package collector_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -267,21 +268,33 @@ func benchRows(b *testing.B) int {
 // quiet and polled rates and the median overhead of the ten polled
 // periods, in percent.
 func pollingOverhead(rate func(d time.Duration, poll bool) float64) (quiet, polled, median float64) {
-	const periods = 10
-	q := []float64{rate(4*time.Second, false)}
-	var overheads []float64
-	for k := 0; k < periods; k++ {
-		p := rate(4*time.Second, true)
-		q = append(q, rate(4*time.Second, false))
-		around := (q[k] + q[k+1]) / 2
-		overheads = append(overheads, 100*(around-p)/around)
-		polled += p / periods
+	rates := make([]float64, 2*overheadPeriods+1)
+	for i := range rates {
+		rates[i] = rate(4*time.Second, i%2 == 1)
 	}
-	for _, r := range q {
-		quiet += r / float64(len(q))
+	return overheadOf(rates)
+}
+
+// overheadPeriods is how many polled periods pollingOverhead runs.
+const overheadPeriods = 10
+
+// overheadOf weighs each polled period's rate against the mean of the
+// quiet periods on either side: rates are quiet, polled, quiet, …,
+// quiet. It returns the mean quiet and polled rates and the median
+// overhead, in percent.
+func overheadOf(rates []float64) (quiet, polled, median float64) {
+	var overheads []float64
+	n := len(rates) / 2
+	for k := 1; k < len(rates); k += 2 {
+		around := (rates[k-1] + rates[k+1]) / 2
+		overheads = append(overheads, 100*(around-rates[k])/around)
+		polled += rates[k] / float64(n)
+	}
+	for k := 0; k < len(rates); k += 2 {
+		quiet += rates[k] / float64(n+1)
 	}
 	sort.Float64s(overheads)
-	return quiet, polled, (overheads[periods/2-1] + overheads[periods/2]) / 2
+	return quiet, polled, (overheads[n/2-1] + overheads[n/2]) / 2
 }
 
 // pollEverySecond polls col once a second until stop is closed, as
@@ -711,7 +724,7 @@ func BenchmarkWatchMinute(b *testing.B) {
 				_, _ = conn.Exec(ctx, "SELECT public.pg_stat_statements_reset()")
 			}
 			const quietBefore, watched, quietAfter = 20 * time.Second, 60 * time.Second, 20 * time.Second
-			const alternating = 21 * 4 * time.Second // pollingOverhead's periods
+			const alternating = (2*overheadPeriods + 1) * 4 * time.Second // the periods below
 			done := loadInBackground(b, ctx, schema, claimWith30sLeases, 4, quietBefore+watched+alternating+quietAfter+5*time.Second)
 			b.ResetTimer()
 			time.Sleep(quietBefore)
@@ -747,7 +760,7 @@ func BenchmarkWatchMinute(b *testing.B) {
 			// load would read the table beside the claimers).
 			type period struct{ lo, hi time.Time }
 			var periods []period
-			_, _, _ = pollingOverhead(func(d time.Duration, poll bool) float64 {
+			for i := range 2*overheadPeriods + 1 {
 				var p period
 				if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&p.lo); err != nil {
 					b.Fatal(err)
@@ -756,19 +769,18 @@ func BenchmarkWatchMinute(b *testing.B) {
 				polled := make(chan struct{})
 				go func() {
 					defer close(polled)
-					if poll {
+					if i%2 == 1 {
 						pollEverySecond(b, col, stop)
 					}
 				}()
-				time.Sleep(d)
+				time.Sleep(4 * time.Second)
 				close(stop)
 				<-polled
 				if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&p.hi); err != nil {
 					b.Fatal(err)
 				}
 				periods = append(periods, p)
-				return 0
-			})
+			}
 			col.Close()
 			<-done
 			b.StopTimer()
@@ -791,17 +803,15 @@ func BenchmarkWatchMinute(b *testing.B) {
 			last := periods[len(periods)-1].hi
 			quiet := (rate(began.Add(3*time.Second), from) + rate(last, last.Add(quietAfter-2*time.Second))) / 2
 			polled := rate(from, to)
-			// The periods' rates in the order pollingOverhead ran them: quiet,
-			// polled, quiet, … quiet.
+			// The periods' rates: quiet, polled, quiet, … quiet.
 			claims := claimTimes(b, ctx, conn, periods[0].lo, last)
-			i := 0
-			_, _, cost := pollingOverhead(func(time.Duration, bool) float64 {
-				p := periods[i]
-				i++
+			var rates []float64
+			for _, p := range periods {
 				lo, _ := slices.BinarySearchFunc(claims, p.lo, time.Time.Compare)
 				hi, _ := slices.BinarySearchFunc(claims, p.hi, time.Time.Compare)
-				return float64(hi-lo) / p.hi.Sub(p.lo).Seconds()
-			})
+				rates = append(rates, float64(hi-lo)/p.hi.Sub(p.lo).Seconds())
+			}
+			_, _, cost := overheadOf(rates)
 			late := append([]float64(nil), ms[40:]...)
 			sort.Float64s(late)
 			wall := append([]float64(nil), ms...)
@@ -876,4 +886,22 @@ func loadInBackground(b *testing.B, ctx context.Context, schema, script string, 
 		}
 	}()
 	return done
+}
+
+// overheadOf weighs each polled period against the quiet ones either side,
+// so a load whose rate drifts (here it falls 10 a period) reads as the
+// polling's cost alone (here 5% of each quiet mean).
+func TestOverheadOfCancelsADrift(t *testing.T) {
+	var rates []float64
+	for i := range 2*overheadPeriods + 1 {
+		r := 300 - 10*float64(i)
+		if i%2 == 1 {
+			r *= 0.95
+		}
+		rates = append(rates, r)
+	}
+	_, _, median := overheadOf(rates)
+	if math.Abs(median-5) > 1e-9 {
+		t.Fatalf("median overhead %.6f%%; want 5%%", median)
+	}
 }
