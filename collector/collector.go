@@ -772,7 +772,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 // pollSessions is how many sessions a poll uses once all have polled.
 // A partitioned pool's polls use one: a backend's first statements over
 // every partition cost it the catalog of each and a first read of each
-// page (planning one statement over 8 partitions, 8–28 ms on a new
+// page (planning one statement over 8 partitions, 8–31 ms on a new
 // backend), and a batch moved to a second and a third session paid that
 // again at polls 2 and 3 (50 ms and more), where one session's polls are
 // 4–9 ms slower in wall time under claims but cost the server less at
