@@ -683,7 +683,7 @@ func printStatementDeltas(ctx context.Context, conn *pgx.Conn, poll int, schema 
 		if rows.Scan(&id, &t[0], &t[1], &q) != nil {
 			return
 		}
-		if exec, plan := t[0]-seen[id][0], t[1]-seen[id][1]; exec+plan >= 1 {
+		if exec, plan := t[0]-seen[id][0], t[1]-seen[id][1]; exec+plan >= 0.3 {
 			line = append(line, fmt.Sprintf("%.1f + %.1f plan  %s", exec, plan, q))
 		}
 		seen[id] = t

@@ -286,6 +286,12 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	c.leaseless = census{byTID: c.census.byTID, leaseless: true}
 	c.pending.canRange = c.census.byTID || c.t.idIndex
 	c.pending.large = c.t.pendingPages > largePending
+	if c.t.partitioned && c.pending.large {
+		// The first walk over every partition's index, in key order, on a
+		// new backend reads each partition's pages cold: it starts at the
+		// pace's floor (see Collector.stage).
+		c.pending.firstWalk = minPending
+	}
 	c.claims.probe(ctx, pool, c.t.name, c.t.version)
 	// The session that resolved the table has read some of the catalog the
 	// first poll needs: that poll runs on it (see sessions).
@@ -533,6 +539,28 @@ type raw struct {
 	haveWorkload        bool
 }
 
+// staged: this poll is a large partitioned pool's first, which reads the
+// server and walks the PENDING index only, and leaves the UNUSED statement
+// and the count of the rows to later polls (see stage), their figures
+// meanwhile the statistics', marked estimated. A new backend's first plan
+// of a statement over every partition reads the catalog of each partition
+// and index: on 8 partitions the walk's, the UNUSED seek's and the
+// total's first plans made one poll cost 45-65 ms of the server's CPU,
+// where each is a few ms on the next. The PENDING index is walked first:
+// it is what the on-call engineer looks at, and its own slices are paced.
+func (c *Collector) staged() bool { return c.stage() == 0 }
+
+// stage is how far a large partitioned pool's start has come, a poll a
+// stage: 0 the server and the PENDING walk, 1 and UNUSED (and the looks
+// the PENDING count leaves to its second poll), 2 and each partition's
+// UNUSED, 3 and the count of the rows; 3 for any other pool.
+func (c *Collector) stage() int {
+	if !c.t.partitioned || !c.pending.large {
+		return 3
+	}
+	return min(c.polls, 3)
+}
+
 // Poll reads every signal once and returns the snapshot. All queries go in
 // one batch, a single round trip: on a busy server each round trip waits for
 // a CPU, so their number, more than their cost, decides how long a poll
@@ -586,14 +614,24 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		unusedOn = conns[i]
 		c.unused.onSession(conns[i].Conn().PgConn().PID())
 	}
-	if c.unused.width == 0 {
+	// A large partitioned pool's first poll reads the server and walks the
+	// PENDING index; UNUSED and the count of the rows wait for the second
+	// (see staged).
+	staged := c.staged()
+	if c.unused.width == 0 && !staged {
 		if err := c.unused.init(ctx, c, unusedOn); err != nil {
 			c.backOff()
 			return s, fmt.Errorf("poll: %w", err)
 		}
 	}
 	c.queueServer(serverBatch, &s)
-	unusedQ := c.unused.plan(start)
+	unusedQ := &unusedQuery{skip: true, seekOnly: true}
+	if staged {
+		c.unused.est = -1
+		unusedBatch.Queue(sqlUnusedEstimate, c.t.leaves).QueryRow(func(r pgx.Row) error { return r.Scan(&c.unused.est) })
+	} else {
+		unusedQ = c.unused.plan(start)
+	}
 	sweep := pendingBatch
 	if !c.byIndex() {
 		sweep = unusedBatch
@@ -611,7 +649,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	if !unusedQ.seekOnly { // from the start, the window would read what the seek spreads over polls
 		passQ = c.passOver.queue(unusedBatch, c.t.qualified, windowFrom)
 	}
-	partsQ := c.queueParts(serverBatch, start, c.polls == 0)
+	partsQ := c.queueParts(serverBatch, start, c.polls == 0 || c.stage() < 2)
 	alerts := c.cfg.Alerts
 	var pendingQ *pendingQuery
 	var censusQ, noneQ *censusQuery
@@ -630,13 +668,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		censusQ.queue(pendingBatch, &c.census, c.t.qualified, c.t.leaves, c.t.hasLeased, c.t.hasUpdated, alerts.ExpiredAfter, c.cfg.StuckAfter)
 	}
 	var totalQ *totalQuery
-	// A large partitioned pool's first poll leaves the count of its rows to
-	// the second: on a new backend, the first statement over the primary
-	// keys of every partition reads the catalog of each (about 10 ms on 8
-	// partitions), and the first poll already reads that of the other
-	// indexes. Meanwhile the total is the statistics', marked estimated.
-	later := c.polls == 0 && c.t.partitioned && c.pending.large
-	if c.t.idIndex && !later {
+	if c.t.idIndex && c.stage() == 3 {
 		totalQ = c.total.plan()
 		totalQ.queue(serverBatch, c.t.qualified)
 	}

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -75,6 +76,8 @@ type pendingCounter struct {
 	// large: the PENDING index held more pages than the first walk reads
 	// (largePending) when watch started (see plan).
 	large bool
+	// firstWalk: the entries the first walk reads (0: initPending).
+	firstWalk int64
 }
 
 // pendingSlice holds the PENDING rows whose lease expires in [lo, hi); a nil lo is
@@ -172,7 +175,7 @@ type pendingQuery struct {
 func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Duration) *pendingQuery {
 	if p.per.n == 0 {
 		p.per = pace{n: minPending, lo: minPending, hi: maxPending, step: minPending, ceiling: true}
-		p.walk = pace{n: initPending, lo: minPending, hi: maxPending, ceiling: true}
+		p.walk = pace{n: cmp.Or(p.firstWalk, initPending), lo: minPending, hi: maxPending, ceiling: true}
 		p.slices = []pendingSlice{{}}
 	}
 	server := now.Add(p.skew)

@@ -594,32 +594,63 @@ func TestAPartitionedPoolPollsOnOneSession(t *testing.T) {
 	}
 }
 
-// A large partitioned pool's first poll leaves the count of its rows to
-// the second (the statistics' total meanwhile, not a missing index), and
-// the counts still come to the truth.
-func TestALargePartitionedPoolCountsItsRowsFromTheSecondPoll(t *testing.T) {
+// A large partitioned pool starts in stages: its first poll walks the
+// PENDING index and takes UNUSED and the total of rows from the
+// statistics (estimated, and near the truth; not a missing index), its
+// second counts UNUSED, its third each partition's, its fourth the rows;
+// and the counts come to the truth.
+func TestALargePartitionedPoolStartsInStages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	schema := shapes[3].build(t, 60_000) // a PENDING index of 6,000 entries
 	conn := pgtest.Conn(t, schema)
+	_, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
+	if err != nil && !strings.Contains(err.Error(), "23505") { // another test's CREATE at once
+		t.Fatalf("pg_stat_statements is needed for this test (pgtest preloads it): %v", err)
+	}
+	// ran: the calls of the collector's statements on this pool whose text
+	// holds marker (the UNUSED statement's "AS head", the total's "AS lo").
+	ran := func(marker string) (n int64) {
+		t.Helper()
+		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM public.pg_stat_statements
+			WHERE query LIKE '%' || $1 || '%' AND query LIKE '%' || $2 || '%'`, schema, marker).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
 	cfg := c.Config()
+	tr := countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
 	s, err := c.Poll(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if u, n := ran("AS head"), ran("AS lo)"); u != 0 || n != 0 {
+		t.Fatalf("poll 1 ran the UNUSED statement %d times and the total's %d; want neither", u, n)
 	}
 	for _, l := range s.Limits {
 		if strings.Contains(l, "no index on id") {
 			t.Fatalf("poll 1 says %q of a pool with a primary key", l)
 		}
 	}
-	if !slices.Contains(s.Pool.Estimated, "consumed") || s.Pool.Total <= 0 {
-		t.Fatalf("poll 1: total %d, estimated %v; want the statistics' total, estimated", s.Pool.Total, s.Pool.Estimated)
+	if !slices.Contains(s.Pool.Estimated, "consumed") || !slices.Contains(s.Pool.Estimated, "unused") || s.Pool.Total <= 0 {
+		t.Fatalf("poll 1: total %d, estimated %v; want the statistics' total and UNUSED, estimated", s.Pool.Total, s.Pool.Estimated)
 	}
-	tr := countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
+	if d := float64(s.Pool.Unused-tr.unused) / float64(tr.unused); d < -0.25 || d > 0.25 {
+		t.Fatalf("poll 1: UNUSED %d from the statistics; the truth is %d", s.Pool.Unused, tr.unused)
+	}
+	tr = countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
 	for poll := 2; poll <= 100; poll++ {
 		if s, err = c.Poll(ctx); err != nil {
 			t.Fatal(err)
+		}
+		switch u, n := ran("AS head"), ran("AS lo)"); {
+		case poll == 2 && (u == 0 || n != 0):
+			t.Fatalf("poll 2 ran the UNUSED statement %d times and the total's %d; want the first only", u, n)
+		case poll == 3 && n != 0:
+			t.Fatal("poll 3 counted the rows; want them left to poll 4, after the partitions")
+		case poll == 4 && n == 0:
+			t.Fatal("poll 4 did not count the rows")
 		}
 		if e, _ := worstError(s.Pool, tr); e == 0 {
 			return

@@ -111,8 +111,10 @@ func (r *claimReader) plan(now time.Time) *claimQuery {
 	if !r.available {
 		return nil
 	}
+	// From the second poll: the first has a new backend's plans to make
+	// and the rate needs two readings.
 	r.polls++
-	if (r.polls-1)%statementsEvery != 0 {
+	if r.polls < 2 || (r.polls-2)%statementsEvery != 0 {
 		return nil
 	}
 	every := r.learnEvery

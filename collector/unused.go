@@ -238,6 +238,7 @@ type unusedQuery struct {
 	// (seek false: none); seekOnly: no floor is known yet, and the poll
 	// counts nothing else
 	seek, seekOnly   bool
+	skip             bool // nothing is sent: the figures are the statistics' (see Collector.staged)
 	seekFrom, seekTo int64
 	sought           seekResult
 }
@@ -370,6 +371,9 @@ func (u *unusedCounter) plan(now time.Time) *unusedQuery {
 // the head on b, and that count is the one kept.
 func (q *unusedQuery) queue(b, sb *pgx.Batch, table string, width, seekN int64, seekTime time.Duration) {
 	q.got, q.swept, q.fronted = map[int64]int64{}, map[int64]int64{}, map[int64]int64{}
+	if q.skip {
+		return
+	}
 	b.Queue(q.sql(table), q.args(width, seekN, seekTime)...).Query(q.scan)
 	if q.seekOnly {
 		return
@@ -560,7 +564,7 @@ func (u *unusedCounter) absorb(q *unusedQuery, now time.Time, budget time.Durati
 	if q.seek {
 		u.endSeek(q, now)
 	}
-	if q.seekOnly && q.head == nil && u.seek != nil {
+	if q.skip || q.seekOnly && q.head == nil && u.seek != nil {
 		// No floor yet: this poll keeps the last figures, or the
 		// statistics' before any.
 		f := u.last
