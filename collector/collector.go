@@ -615,8 +615,8 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		c.unused.onSession(conns[i].Conn().PgConn().PID())
 	}
 	// A large partitioned pool's first poll reads the server and walks the
-	// PENDING index; UNUSED and the count of the rows wait for the second
-	// (see staged).
+	// PENDING index; UNUSED and the count of the rows wait for later polls
+	// (see stage).
 	staged := c.staged()
 	if c.unused.width == 0 && !staged {
 		if err := c.unused.init(ctx, c, unusedOn); err != nil {
