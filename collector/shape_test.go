@@ -659,3 +659,35 @@ func TestALargePartitionedPoolStartsInStages(t *testing.T) {
 	e, which := worstError(s.Pool, tr)
 	t.Fatalf("after 100 polls: %s off by %.2f%%", which, e)
 }
+
+// The first poll of a leak whose PENDING index is larger than the first
+// walk shows PENDING near the truth, not only the entries it walked: the
+// part not walked yet is the table's rows times the share of PENDING in
+// its statistics (capped by the index's own count). It is marked
+// estimated, and the pool line says how far the counting has come.
+func TestAFirstPollEstimatesThePendingItHasNotWalked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, sh := range []shape{shapes[1], shapes[3]} {
+		t.Run(sh.name, func(t *testing.T) {
+			schema := sh.build(t, 200_000) // 20,000 PENDING rows
+			conn := pgtest.Conn(t, schema)
+			if _, err := conn.Exec(ctx, "ANALYZE resource_pool"); err != nil {
+				t.Fatal(err)
+			}
+			c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
+			cfg := c.Config()
+			tr := countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
+			s, err := c.Poll(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := float64(s.Pool.Pending-tr.pending) / float64(tr.pending); d < -0.2 || d > 0.2 {
+				t.Fatalf("poll 1: PENDING %d, the truth %d; want within 20%%", s.Pool.Pending, tr.pending)
+			}
+			if !slices.Contains(s.Pool.Estimated, "pending") || s.Pool.Counted == nil || *s.Pool.Counted >= 1 {
+				t.Fatalf("poll 1: estimated %v, counted %v; want PENDING estimated and the counting under way", s.Pool.Estimated, s.Pool.Counted)
+			}
+		})
+	}
+}
