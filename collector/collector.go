@@ -286,10 +286,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	c.leaseless = census{byTID: c.census.byTID, leaseless: true}
 	c.pending.canRange = c.census.byTID || c.t.idIndex
 	c.pending.large = c.t.pendingPages > largePending
-	if c.t.partitioned && c.pending.large {
-		// The first walk over every partition's index, in key order, on a
-		// new backend reads each partition's pages cold: it starts at the
-		// pace's floor (see Collector.stage).
+	if c.startsInStages() {
 		c.pending.firstWalk = minPending
 	}
 	c.claims.probe(ctx, pool, c.t.name, c.t.version)
@@ -539,27 +536,28 @@ type raw struct {
 	haveWorkload        bool
 }
 
-// staged: this poll is a large partitioned pool's first, which reads the
-// server and walks the PENDING index only, and leaves the UNUSED statement
-// and the count of the rows to later polls (see stage), their figures
-// meanwhile the statistics', marked estimated. A new backend's first plan
-// of a statement over every partition reads the catalog of each partition
-// and index: on 8 partitions the walk's, the UNUSED seek's and the
-// total's first plans made one poll cost 45-65 ms of the server's CPU,
-// where each is a few ms on the next. The PENDING index is walked first:
-// it is what the on-call engineer looks at, and its own slices are paced.
-func (c *Collector) staged() bool { return c.stage() == 0 }
-
 // stage is how far a large partitioned pool's start has come, a poll a
 // stage: 0 the server and the PENDING walk, 1 and UNUSED (and the looks
 // the PENDING count leaves to its second poll), 2 and each partition's
-// UNUSED, 3 and the count of the rows; 3 for any other pool.
+// UNUSED, 3 and the count of the rows; 3 for any other pool (see
+// startsInStages). Until a figure is counted it is the statistics',
+// marked estimated.
 func (c *Collector) stage() int {
-	if !c.t.partitioned || !c.pending.large {
+	if !c.startsInStages() {
 		return 3
 	}
 	return min(c.polls, 3)
 }
+
+// startsInStages: the pool is partitioned and its PENDING index larger than
+// the first walk. A new backend's first plan of a statement over every
+// partition reads the catalog of each partition and index: on 8
+// partitions the walk's, the UNUSED seek's and the total's first plans
+// made one poll cost 45-65 ms of the server's CPU, where each is a few ms
+// on the next. Such a pool's first walk also starts at the pace's floor:
+// on a new backend it reads each partition's pages cold. The PENDING
+// index is walked first: it is what the on-call engineer looks at.
+func (c *Collector) startsInStages() bool { return c.t.partitioned && c.pending.large }
 
 // Poll reads every signal once and returns the snapshot. All queries go in
 // one batch, a single round trip: on a busy server each round trip waits for
@@ -617,7 +615,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	// A large partitioned pool's first poll reads the server and walks the
 	// PENDING index; UNUSED and the count of the rows wait for later polls
 	// (see stage).
-	staged := c.staged()
+	staged := c.stage() == 0
 	if c.unused.width == 0 && !staged {
 		if err := c.unused.init(ctx, c, unusedOn); err != nil {
 			c.backOff()
@@ -625,8 +623,9 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		}
 	}
 	c.queueServer(serverBatch, &s)
-	unusedQ := &unusedQuery{skip: true, seekOnly: true}
+	var unusedQ *unusedQuery
 	if staged {
+		unusedQ = &unusedQuery{skip: true, seekOnly: true}
 		c.unused.est = -1
 		unusedBatch.Queue(sqlUnusedEstimate, c.t.leaves).QueryRow(func(r pgx.Row) error { return r.Scan(&c.unused.est) })
 	} else {

@@ -694,17 +694,20 @@ func TestClaimStatementsOfAPoolWithAnotherName(t *testing.T) {
 }
 
 // statStatements creates pg_stat_statements in the test database.
-func (b *bundle) statStatements(t *testing.T) {
-	t.Helper()
+func (b *bundle) statStatements(t *testing.T) { createStatStatements(t, b.ctx, b.conn) }
+
+// createStatStatements creates pg_stat_statements in the database of conn.
+func createStatStatements(tb testing.TB, ctx context.Context, conn *pgx.Conn) {
+	tb.Helper()
 	// Tests that run at once may both create it: IF NOT EXISTS does not
 	// guard against a concurrent CREATE, whose loser fails on the unique
 	// index of pg_extension; the extension is there all the same.
-	_, err := b.conn.Exec(b.ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
+	_, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
 	if err != nil && strings.Contains(err.Error(), "23505") {
-		_, err = b.conn.Exec(b.ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
+		_, err = conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
 	}
 	if err != nil {
-		t.Fatalf("pg_stat_statements is needed for this test (the server's contrib modules; pgtest preloads it): %v", err)
+		tb.Fatalf("pg_stat_statements is needed for this test (the server's contrib modules; pgtest preloads it): %v", err)
 	}
 }
 

@@ -604,10 +604,7 @@ func TestALargePartitionedPoolStartsInStages(t *testing.T) {
 	ctx := context.Background()
 	schema := shapes[3].build(t, 60_000) // a PENDING index of 6,000 entries
 	conn := pgtest.Conn(t, schema)
-	_, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public")
-	if err != nil && !strings.Contains(err.Error(), "23505") { // another test's CREATE at once
-		t.Fatalf("pg_stat_statements is needed for this test (pgtest preloads it): %v", err)
-	}
+	createStatStatements(t, ctx, conn)
 	// ran: the calls of the collector's statements on this pool whose text
 	// holds marker (the UNUSED statement's "AS head", the total's "AS lo").
 	ran := func(marker string) (n int64) {
@@ -618,13 +615,8 @@ func TestALargePartitionedPoolStartsInStages(t *testing.T) {
 		}
 		return n
 	}
-	c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
+	c, tr, s := firstPoll(t, ctx, schema, conn)
 	cfg := c.Config()
-	tr := countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
-	s, err := c.Poll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if u, n := ran("AS head"), ran("AS lo)"); u != 0 || n != 0 {
 		t.Fatalf("poll 1 ran the UNUSED statement %d times and the total's %d; want neither", u, n)
 	}
@@ -641,6 +633,7 @@ func TestALargePartitionedPoolStartsInStages(t *testing.T) {
 	}
 	tr = countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
 	for poll := 2; poll <= 100; poll++ {
+		var err error
 		if s, err = c.Poll(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -675,13 +668,7 @@ func TestAFirstPollEstimatesThePendingItHasNotWalked(t *testing.T) {
 			if _, err := conn.Exec(ctx, "ANALYZE resource_pool"); err != nil {
 				t.Fatal(err)
 			}
-			c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
-			cfg := c.Config()
-			tr := countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
-			s, err := c.Poll(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, tr, s := firstPoll(t, ctx, schema, conn)
 			if d := float64(s.Pool.Pending-tr.pending) / float64(tr.pending); d < -0.2 || d > 0.2 {
 				t.Fatalf("poll 1: PENDING %d, the truth %d; want within 20%%", s.Pool.Pending, tr.pending)
 			}
@@ -690,4 +677,18 @@ func TestAFirstPollEstimatesThePendingItHasNotWalked(t *testing.T) {
 			}
 		})
 	}
+}
+
+// firstPoll starts a collector on schema's pool, reads the truth of it on
+// conn, and returns them with the collector's first snapshot.
+func firstPoll(t *testing.T, ctx context.Context, schema string, conn *pgx.Conn) (*collector.Collector, truth, collector.Snapshot) {
+	t.Helper()
+	c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
+	cfg := c.Config()
+	tr := countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
+	s, err := c.Poll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, tr, s
 }

@@ -238,7 +238,7 @@ type unusedQuery struct {
 	// (seek false: none); seekOnly: no floor is known yet, and the poll
 	// counts nothing else
 	seek, seekOnly   bool
-	skip             bool // nothing is sent: the figures are the statistics' (see Collector.staged)
+	skip             bool // nothing is sent: the figures are the statistics' (see Collector.stage)
 	seekFrom, seekTo int64
 	sought           seekResult
 }
