@@ -70,6 +70,23 @@ type AlertConfig struct {
 	Hold time.Duration
 }
 
+// WithDefaults fills the zero thresholds with their defaults.
+func (a AlertConfig) WithDefaults() AlertConfig {
+	a.LockWait = cmp.Or(a.LockWait, 50*time.Millisecond)
+	a.LockWaitFor = cmp.Or(a.LockWaitFor, 3*time.Second)
+	a.DepletionWithin = cmp.Or(a.DepletionWithin, 15*time.Minute)
+	a.DepletionFor = cmp.Or(a.DepletionFor, 5*time.Second)
+	a.ExpiredAfter = cmp.Or(a.ExpiredAfter, time.Second)
+	a.DeadRatio = cmp.Or(a.DeadRatio, 0.2)
+	a.Connections = cmp.Or(a.Connections, 0.9)
+	a.Hold = cmp.Or(a.Hold, 10*time.Second)
+	a.LWLockWaiters = cmp.Or(a.LWLockWaiters, 4)
+	a.LWLockFor = cmp.Or(a.LWLockFor, time.Minute)
+	a.NoLeaseFor = cmp.Or(a.NoLeaseFor, 10*time.Second)
+	a.Starvation = cmp.Or(a.Starvation, 10*time.Second)
+	return a
+}
+
 // Config configures a Collector. Zero fields take defaults.
 type Config struct {
 	DSN   string
@@ -108,7 +125,7 @@ func (c *Config) defaults() error {
 	c.StuckAfter = cmp.Or(c.StuckAfter, 5*time.Minute)
 	c.History = cmp.Or(c.History, DefaultHistory)
 	c.CountBudget = cmp.Or(c.CountBudget, 400*time.Microsecond)
-	c.Alerts = c.Alerts.withDefaults()
+	c.Alerts = c.Alerts.WithDefaults()
 	a := &c.Alerts
 	switch {
 	case c.StuckAfter < 0 || c.History < 1 || c.CountBudget < 0:

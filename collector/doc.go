@@ -14,9 +14,12 @@
 //     production checklist.
 //   - Snapshot: the counts (Pool), waiters and blockers, statistics,
 //     holders, the fleet of work processes, alerts, events and limits.
-//   - Exporter: the snapshot as Prometheus metrics.
 //   - Recorder, ReadRecording, Replay: snapshots to an NDJSON file and back
 //     onto the dashboard.
+//
+// Two packages present what the collector finds: internal/prom serves the
+// snapshot as Prometheus metrics, and internal/catalogue describes each
+// alert, its threshold and its runbook.
 //
 // # A poll
 //

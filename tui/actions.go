@@ -11,6 +11,7 @@ import (
 
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/catalogue"
 )
 
 // Actions are what the dashboard may do to the database from the screen:
@@ -223,8 +224,8 @@ func (m Model) doctorView(width, maxLines int) string {
 // runbookView is the runbook of each raised alert, from the catalogue, for
 // the help area: what it means, what to look at, what to do, and with what.
 func (m Model) runbookView(width, maxLines int) string {
-	specs := map[string]collector.AlertSpec{}
-	for _, s := range collector.Catalogue(collector.AlertConfig{}) {
+	specs := map[string]catalogue.Alert{}
+	for _, s := range catalogue.Alerts(collector.AlertConfig{}) {
 		specs[s.Name] = s
 	}
 	var lines []string

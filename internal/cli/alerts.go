@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/internal/catalogue"
 )
 
 // alertsOptions are the flags of pooltop alerts.
@@ -112,7 +113,7 @@ func (o *alertsOptions) validate(g *globals) error {
 	}
 	known := map[string]bool{}
 	var all []string
-	for _, s := range collector.Catalogue(o.alerts) {
+	for _, s := range catalogue.Alerts(o.alerts) {
 		known[s.Name] = true
 		all = append(all, s.Name)
 	}
@@ -157,8 +158,8 @@ func (o *alertsOptions) write(g *globals, w io.Writer) error {
 	case o.markdown:
 		return writeAlertsPage(w, o.alerts)
 	}
-	var cat []collector.AlertSpec
-	for _, s := range collector.Catalogue(o.alerts) {
+	var cat []catalogue.Alert
+	for _, s := range catalogue.Alerts(o.alerts) {
 		if len(o.names) == 0 || slices.Contains(o.names, s.Name) {
 			cat = append(cat, s)
 		}
@@ -187,8 +188,8 @@ func (o *alertsOptions) write(g *globals, w io.Writer) error {
 // writePrometheusRules prints the rules file for the thresholds a.
 func writePrometheusRules(w io.Writer, a collector.AlertConfig) error {
 	type group struct {
-		Name  string                     `yaml:"name"`
-		Rules []collector.PrometheusRule `yaml:"rules"`
+		Name  string           `yaml:"name"`
+		Rules []catalogue.Rule `yaml:"rules"`
 	}
 	fmt.Fprintln(w, "# Prometheus alerting rules for pooltop's metrics (watch --listen).")
 	fmt.Fprintln(w, "# Made by `pooltop alerts --prometheus`; regenerate rather than edit.")
@@ -196,7 +197,7 @@ func writePrometheusRules(w io.Writer, a collector.AlertConfig) error {
 	enc.SetIndent(2)
 	if err := enc.Encode(struct {
 		Groups []group `yaml:"groups"`
-	}{[]group{{Name: "pooltop", Rules: collector.PrometheusRules(a)}}}); err != nil {
+	}{[]group{{Name: "pooltop", Rules: catalogue.Rules(a)}}}); err != nil {
 		return err
 	}
 	return enc.Close()
@@ -220,7 +221,7 @@ For paging when no dashboard runs, load the Prometheus rules (see
 | alert | severity | threshold (default) | flag |
 |---|---|---|---|
 `)
-	cat := collector.Catalogue(a)
+	cat := catalogue.Alerts(a)
 	for _, s := range cat {
 		fmt.Fprintf(w, "| [`%s`](#%s) | %s | %s | `%s` |\n", s.Name, s.Name, s.Severity, s.Threshold, s.Flag)
 	}

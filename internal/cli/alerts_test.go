@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/internal/catalogue"
 )
 
 // generated checks that a file in the repository is what pooltop makes of
@@ -72,7 +73,7 @@ func TestAlertsThresholdsAndBadInput(t *testing.T) {
 	}
 	// Names choose alerts; an unknown one is refused, naming the others.
 	r = pooltop(t, "alerts", "--json", "starvation", "no_lease")
-	var some []collector.AlertSpec
+	var some []catalogue.Alert
 	if err := json.Unmarshal([]byte(r.stdout), &some); r.code != exitOK || err != nil || len(some) != 2 || some[0].Name != "no_lease" || some[1].Name != "starvation" {
 		t.Fatalf("alerts --json starvation no_lease: exit %d, %v, %+v", r.code, err, some)
 	}
@@ -169,7 +170,7 @@ func promtoolTests(t *testing.T) string {
 	add(in("pooltop_poll_duration_seconds_bucket", `le="+Inf"`, "0+10x80", "0+10x80"))
 	add(in("pooltop_alert_active", `alert="lock_wait"`, flat("1"), flat("0")))
 	var tests []ruleTest
-	for _, r := range collector.PrometheusRules(collector.AlertConfig{}) {
+	for _, r := range catalogue.Rules(collector.AlertConfig{}) {
 		labels := map[string]string{"job": "pooltop", "instance": "bad"}
 		for k, v := range r.Labels {
 			labels[k] = v

@@ -24,6 +24,7 @@ import (
 
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/internal/bytesize"
+	"github.com/pooltop-dev/pooltop/internal/prom"
 )
 
 // sinkOptions are the flags --listen, --record and --record-max, shared by
@@ -86,7 +87,7 @@ func listenAddr(s string) (string, error) {
 
 // metricsServer serves /metrics until closed.
 type metricsServer struct {
-	exp  *collector.Exporter
+	exp  *prom.Exporter
 	srv  *http.Server
 	done chan struct{}
 }
@@ -109,7 +110,7 @@ func (o *sinkOptions) serveMetrics(g *globals) (*metricsServer, error) {
 		}
 		return nil, fmt.Errorf("--listen %s: cannot listen (%v): give a local address such as 127.0.0.1:9187", o.addr, err)
 	}
-	m := &metricsServer{exp: collector.NewExporter(), done: make(chan struct{})}
+	m := &metricsServer{exp: prom.NewExporter(), done: make(chan struct{})}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m.exp, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()

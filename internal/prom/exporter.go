@@ -1,9 +1,10 @@
-package collector
+package prom
 
 import (
 	"sort"
 	"sync"
 
+	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -23,7 +24,7 @@ import (
 // rate() reads as a counter reset.
 type Exporter struct {
 	mu     sync.Mutex
-	last   *Snapshot
+	last   *collector.Snapshot
 	polls  prometheus.Counter
 	errors prometheus.Counter
 	dur    prometheus.Histogram
@@ -42,7 +43,7 @@ func NewExporter() *Exporter {
 }
 
 // Observe takes a poll's snapshot: the next scrape shows it.
-func (e *Exporter) Observe(s Snapshot) {
+func (e *Exporter) Observe(s collector.Snapshot) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.last = &s
@@ -91,23 +92,23 @@ var (
 // workloadCounters are the demo workload's counters, exported as _total.
 var workloadCounters = []struct {
 	desc *prometheus.Desc
-	get  func(s *Snapshot) int64
+	get  func(s *collector.Snapshot) int64
 }{
-	{desc("pooltop_workload_acquires_total", "Ids claimed by the workload (demo only)."), func(s *Snapshot) int64 { return s.Workload.Acquired }},
-	{desc("pooltop_workload_claim_statements_total", "Claim statements that succeeded (demo only)."), func(s *Snapshot) int64 { return s.Workload.AcquireCalls }},
-	{desc("pooltop_workload_commits_total", "Effects accepted by the system of record (demo only)."), func(s *Snapshot) int64 { return s.Workload.Committed }},
-	{desc("pooltop_workload_fenced_rejections_total", "Commits rejected by the fence: stale token or lost lease (demo only)."), func(s *Snapshot) int64 { return s.Workload.FencedRejections }},
-	{desc("pooltop_workload_double_finalizations_total", "Commits that wrote a second effect for an id, fencing off (demo only)."), func(s *Snapshot) int64 { return s.Workload.DoubleFinalizations }},
-	{desc("pooltop_workload_releases_total", "Ids released by the workload (demo only)."), func(s *Snapshot) int64 { return s.Workload.Released }},
-	{desc("pooltop_workload_renewals_total", "Leases renewed (demo only)."), func(s *Snapshot) int64 { return s.Workload.Renewed }},
-	{desc("pooltop_workload_leases_lost_total", "Renewals refused because the lease was gone (demo only)."), func(s *Snapshot) int64 { return s.Workload.LeasesLost }},
-	{desc("pooltop_workload_empty_claims_total", "Claims that found the pool empty (demo only)."), func(s *Snapshot) int64 { return s.Workload.EmptyPool }},
-	{desc("pooltop_workload_conflicts_total", "Optimistic version checks lost, retried (demo only)."), func(s *Snapshot) int64 { return s.Workload.Conflicts }},
-	{desc("pooltop_workload_crashes_total", "Simulated workers that died holding leases (demo only)."), func(s *Snapshot) int64 { return s.Workload.Crashes }},
-	{desc("pooltop_workload_pauses_total", "Simulated workers that froze (demo only)."), func(s *Snapshot) int64 { return s.Workload.Pauses }},
-	{desc("pooltop_workload_cycles_total", "Acquire → work → commit cycles completed (demo only)."), func(s *Snapshot) int64 { return s.Workload.Cycles }},
-	{desc("pooltop_workload_reclaimed_total", "Expired leases the reaper returned to the pool (demo only)."), func(s *Snapshot) int64 { return s.Workload.Reclaimed }},
-	{desc("pooltop_workload_refilled_total", "Ids the producer added to the pool (demo only)."), func(s *Snapshot) int64 { return s.Workload.Refilled }},
+	{desc("pooltop_workload_acquires_total", "Ids claimed by the workload (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Acquired }},
+	{desc("pooltop_workload_claim_statements_total", "Claim statements that succeeded (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.AcquireCalls }},
+	{desc("pooltop_workload_commits_total", "Effects accepted by the system of record (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Committed }},
+	{desc("pooltop_workload_fenced_rejections_total", "Commits rejected by the fence: stale token or lost lease (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.FencedRejections }},
+	{desc("pooltop_workload_double_finalizations_total", "Commits that wrote a second effect for an id, fencing off (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.DoubleFinalizations }},
+	{desc("pooltop_workload_releases_total", "Ids released by the workload (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Released }},
+	{desc("pooltop_workload_renewals_total", "Leases renewed (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Renewed }},
+	{desc("pooltop_workload_leases_lost_total", "Renewals refused because the lease was gone (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.LeasesLost }},
+	{desc("pooltop_workload_empty_claims_total", "Claims that found the pool empty (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.EmptyPool }},
+	{desc("pooltop_workload_conflicts_total", "Optimistic version checks lost, retried (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Conflicts }},
+	{desc("pooltop_workload_crashes_total", "Simulated workers that died holding leases (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Crashes }},
+	{desc("pooltop_workload_pauses_total", "Simulated workers that froze (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Pauses }},
+	{desc("pooltop_workload_cycles_total", "Acquire → work → commit cycles completed (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Cycles }},
+	{desc("pooltop_workload_reclaimed_total", "Expired leases the reaper returned to the pool (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Reclaimed }},
+	{desc("pooltop_workload_refilled_total", "Ids the producer added to the pool (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Refilled }},
 }
 
 // Describe sends every metric's description.
@@ -192,11 +193,11 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 			if p.Alive {
 				rate += p.CyclesPS
 			}
-			if p.State == ProcessGone {
+			if p.State == collector.ProcessGone {
 				held += int64(p.Held)
 			}
 		}
-		for _, st := range []string{ProcessAlive, ProcessStopped, ProcessGone} {
+		for _, st := range []string{collector.ProcessAlive, collector.ProcessStopped, collector.ProcessGone} {
 			gauge(descFleet, float64(n[st]), st)
 		}
 		gauge(descFleetCycles, rate)

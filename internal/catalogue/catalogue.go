@@ -1,10 +1,10 @@
-package collector
+package catalogue
 
 import (
-	"cmp"
 	"fmt"
 	"strconv"
-	"time"
+
+	"github.com/pooltop-dev/pooltop/collector"
 )
 
 // Severity says whom an alert should reach: a page wakes the on-call
@@ -25,19 +25,19 @@ type Runbook struct {
 	Tools  string `json:"tools"`  // the pooltop keys and commands that help
 }
 
-// AlertSpec is one alert of the catalogue: the one description of an alert
+// Alert is one alert of the catalogue: the one description of an alert
 // that the dashboard, --json, the metrics, the Prometheus rules and the
 // docs all take theirs from.
-type AlertSpec struct {
-	Name      AlertName `json:"name"`
-	Severity  Severity  `json:"severity"`
-	Meaning   string    `json:"meaning"`
-	Figure    string    `json:"figure"`    // the figure it watches, and its metric
-	Flag      string    `json:"flag"`      // the flag that sets the threshold
-	Threshold string    `json:"threshold"` // the threshold in force
-	Raise     string    `json:"raise"`     // when it is raised
-	Clear     string    `json:"clear"`     // when it clears (hysteresis)
-	Runbook   Runbook   `json:"runbook"`
+type Alert struct {
+	Name      collector.AlertName `json:"name"`
+	Severity  Severity            `json:"severity"`
+	Meaning   string              `json:"meaning"`
+	Figure    string              `json:"figure"`    // the figure it watches, and its metric
+	Flag      string              `json:"flag"`      // the flag that sets the threshold
+	Threshold string              `json:"threshold"` // the threshold in force
+	Raise     string              `json:"raise"`     // when it is raised
+	Clear     string              `json:"clear"`     // when it clears (hysteresis)
+	Runbook   Runbook             `json:"runbook"`
 	// Rule is the Prometheus alert's name, Expr its expression with the
 	// thresholds in force, For how long it must hold.
 	Rule string `json:"prometheus_alert"`
@@ -48,13 +48,13 @@ type AlertSpec struct {
 // num prints a threshold for a PromQL expression.
 func num(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
-// Catalogue returns every alert pooltop raises, with the thresholds of a
+// Alerts returns every alert pooltop raises, with the thresholds of a
 // (zero fields: the defaults), in the order the dashboard shows them.
-func Catalogue(a AlertConfig) []AlertSpec {
-	a = a.withDefaults()
+func Alerts(a collector.AlertConfig) []Alert {
+	a = a.WithDefaults()
 	hold := a.Hold.String()
-	return []AlertSpec{{
-		Name: AlertLockWait, Severity: SeverityPage, Rule: "PooltopLockWait",
+	return []Alert{{
+		Name: collector.AlertLockWait, Severity: SeverityPage, Rule: "PooltopLockWait",
 		Meaning: "A session touching the pool or its ledger waits on a lock. A claim must never wait (SKIP LOCKED); a waiter is a blocking claim or a transaction holding rows.",
 		Figure:  "the longest current lock wait, leaving out planned changes: the waits of a migration or of pooltop's own set-up (DDL, LOCK TABLE, TRUNCATE, VACUUM FULL, REINDEX; pooltop migrate's sessions) and the waits behind one, which are shown but do not page (lock_wait_unplanned_max_ms; pooltop_lock_wait_unplanned_max_seconds)",
 		Flag:    "--alert-lock-wait", Threshold: a.LockWait.String(),
@@ -68,7 +68,7 @@ func Catalogue(a AlertConfig) []AlertSpec {
 			Tools:  "watch --allow-actions: ↑/↓ to the blocker, x cancels, X terminates; doctor (claim_statements)",
 		},
 	}, {
-		Name: AlertDepletion, Severity: SeverityPage, Rule: "PooltopDepletion",
+		Name: collector.AlertDepletion, Severity: SeverityPage, Rule: "PooltopDepletion",
 		Meaning: "UNUSED ids run out soon at the current burn, or are gone: claims will fail.",
 		Figure:  "time to empty at the smoothed burn (depletion_eta_s; pooltop_depletion_eta_seconds), and UNUSED",
 		Flag:    "--alert-depletion", Threshold: a.DepletionWithin.String(),
@@ -82,7 +82,7 @@ func Catalogue(a AlertConfig) []AlertSpec {
 			Tools:  "pooltop seed --count N (adds ids); lease list --by-holder; lease release --holder H --expired",
 		},
 	}, {
-		Name: AlertReaperLag, Severity: SeverityPage, Rule: "PooltopReaperLag",
+		Name: collector.AlertReaperLag, Severity: SeverityPage, Rule: "PooltopReaperLag",
 		Meaning: "Leases expired longer than a reaper interval ago are still PENDING: nothing returns them to the pool.",
 		Figure:  "PENDING ids whose lease expired longer ago than the threshold (pool.expired_old; pooltop_pool_reaper_lag_ids)",
 		Flag:    "--alert-expired", Threshold: a.ExpiredAfter.String(),
@@ -96,7 +96,7 @@ func Catalogue(a AlertConfig) []AlertSpec {
 			Tools:  "pooltop lease reap; lease release --holder H --expired (--dry-run first); doctor (reaper_index); watch --allow-actions: x on a holder",
 		},
 	}, {
-		Name: AlertNoLease, Severity: SeverityPage, Rule: "PooltopNoLease",
+		Name: collector.AlertNoLease, Severity: SeverityPage, Rule: "PooltopNoLease",
 		Meaning: "PENDING ids are held with no lease: no reaper can ever take them back, so every holder that dies leaks its ids for good (the zombie resource crisis).",
 		Figure:  "PENDING ids whose leased_until is NULL (pool.no_lease; pooltop_pool_no_lease_ids); not counted on a pool above 10,000 rows without a PENDING index",
 		Flag:    "none (any)", Threshold: "0",
@@ -110,13 +110,13 @@ func Catalogue(a AlertConfig) []AlertSpec {
 			Tools:  "pooltop lease list --by-holder; lease release --holder H; doctor (unleased_pending)",
 		},
 	}, {
-		Name: AlertStarvation, Severity: SeverityTicket, Rule: "PooltopStarvation",
+		Name: collector.AlertStarvation, Severity: SeverityTicket, Rule: "PooltopStarvation",
 		Meaning: "Claims pass over free ids and take newer ones (seed 001 §6.3: SKIP LOCKED gives up FIFO order): something holds row locks on free ids, or claims do not take ids in id order. The ids are interchangeable, so nothing is lost yet; what holds them often also holds back vacuum.",
 		Figure:  "how long claims have passed over the longest-passed-over free id, counting only intervals in which they took newer ids (pool.passed_over_s; pooltop_pool_passed_over_seconds), among the lowest 256 free ids, judged within each partition",
 		Flag:    "--alert-starvation", Threshold: a.Starvation.String(),
-		Raise: "once a free id has been passed over for the threshold and by at least " + strconv.Itoa(StarvationClaims) + " newer claims (a handful of claims passing an id on a quiet pool is not worth a ticket)",
+		Raise: "once a free id has been passed over for the threshold and by at least " + strconv.Itoa(collector.StarvationClaims) + " newer claims (a handful of claims passing an id on a quiet pool is not worth a ticket)",
 		Clear: "once no free id is passed over, for " + hold,
-		Expr:  "pooltop_pool_passed_over_seconds >= " + num(a.Starvation.Seconds()) + " and pooltop_pool_passed_over_claims >= " + strconv.Itoa(StarvationClaims), For: "1m",
+		Expr:  "pooltop_pool_passed_over_seconds >= " + num(a.Starvation.Seconds()) + " and pooltop_pool_passed_over_claims >= " + strconv.Itoa(collector.StarvationClaims), For: "1m",
 		Runbook: Runbook{
 			First:  "who blocks whom and the xmin holder line: a long transaction, or a reader with FOR SHARE / FOR UPDATE on free ids (pg_stat_activity: idle in transaction)",
 			Causes: "a report or an audit that locks free rows in a long transaction; an application claiming inside a long transaction; a claim without ORDER BY id (a sequential scan takes ids in page order)",
@@ -124,7 +124,7 @@ func Catalogue(a AlertConfig) []AlertSpec {
 			Tools:  "pooltop doctor (xmin_horizon); watch --allow-actions: X on the xmin holder",
 		},
 	}, {
-		Name: AlertDeadTuples, Severity: SeverityTicket, Rule: "PooltopDeadTuples",
+		Name: collector.AlertDeadTuples, Severity: SeverityTicket, Rule: "PooltopDeadTuples",
 		Meaning: "Dead row versions pile up in the pool table: vacuum is not keeping up, and every claim reads more.",
 		Figure:  "dead / (live + dead) tuples of the pool table (dead_ratio; pooltop_dead_tuples, pooltop_live_tuples)",
 		Flag:    "--alert-dead-ratio", Threshold: num(a.DeadRatio),
@@ -138,7 +138,7 @@ func Catalogue(a AlertConfig) []AlertSpec {
 			Tools:  "doctor (autovacuum, xmin_horizon, with the SQL to run); watch --allow-actions: X on the xmin holder",
 		},
 	}, {
-		Name: AlertConnections, Severity: SeverityTicket, Rule: "PooltopConnections",
+		Name: collector.AlertConnections, Severity: SeverityTicket, Rule: "PooltopConnections",
 		Meaning: "The server's connections near max_connections: new sessions will be refused.",
 		Figure:  "connections / max_connections (connections; pooltop_connections, pooltop_max_connections)",
 		Flag:    "--alert-connections", Threshold: num(a.Connections),
@@ -152,7 +152,7 @@ func Catalogue(a AlertConfig) []AlertSpec {
 			Tools:  "doctor (connections)",
 		},
 	}, {
-		Name: AlertLWLock, Severity: SeverityTicket, Rule: "PooltopLWLockWaits",
+		Name: collector.AlertLWLock, Severity: SeverityTicket, Rule: "PooltopLWLockWaits",
 		Meaning: "Sessions on the pool queue on a page latch (LWLock): the claim head is a hot spot.",
 		Figure:  "sessions waiting on an LWLock in statements on the pool, the mean of the last 5 polls (lwlock_waits; pooltop_lwlock_waiters)",
 		Flag:    "--alert-lwlock-waiters", Threshold: strconv.Itoa(a.LWLockWaiters),
@@ -168,8 +168,8 @@ func Catalogue(a AlertConfig) []AlertSpec {
 	}}
 }
 
-// PrometheusRule is one alerting rule of the rules file.
-type PrometheusRule struct {
+// Rule is one alerting rule of the rules file.
+type Rule struct {
 	Alert       string            `yaml:"alert"`
 	Expr        string            `yaml:"expr"`
 	For         string            `yaml:"for"`
@@ -177,13 +177,13 @@ type PrometheusRule struct {
 	Annotations map[string]string `yaml:"annotations"`
 }
 
-// PrometheusRules are the alerting rules for pooltop's metrics: one per
+// Rules are the alerting rules for pooltop's metrics: one per
 // catalogue alert, with a's thresholds, and those that need no dashboard
 // (the scrape is down, the poll fails or slows, a dashboard alert is up).
-func PrometheusRules(a AlertConfig) []PrometheusRule {
-	var rules []PrometheusRule
-	for _, s := range Catalogue(a) {
-		rules = append(rules, PrometheusRule{
+func Rules(a collector.AlertConfig) []Rule {
+	var rules []Rule
+	for _, s := range Alerts(a) {
+		rules = append(rules, Rule{
 			Alert: s.Rule, Expr: s.Expr, For: s.For,
 			Labels: map[string]string{"severity": s.Severity, "pooltop_alert": s.Name},
 			Annotations: map[string]string{
@@ -193,7 +193,7 @@ func PrometheusRules(a AlertConfig) []PrometheusRule {
 			},
 		})
 	}
-	return append(rules, PrometheusRule{
+	return append(rules, Rule{
 		Alert: "PooltopScrapeDown", Expr: `up{job=~"pooltop.*"} == 0`, For: "2m",
 		Labels: map[string]string{"severity": SeverityPage},
 		Annotations: map[string]string{
@@ -201,7 +201,7 @@ func PrometheusRules(a AlertConfig) []PrometheusRule {
 			"description": "The target of a job named pooltop* is down.",
 			"runbook":     "First: is the pooltop watch process running, and is --listen reachable from Prometheus (a port alone binds 127.0.0.1)? Do: restart it with --listen 0.0.0.0:PORT or a reachable address.",
 		},
-	}, PrometheusRule{
+	}, Rule{
 		Alert: "PooltopPollFailing", Expr: "increase(pooltop_poll_errors_total[2m]) > 0 and increase(pooltop_polls_total[2m]) == increase(pooltop_poll_errors_total[2m])", For: "2m",
 		Labels: map[string]string{"severity": SeverityPage},
 		Annotations: map[string]string{
@@ -209,7 +209,7 @@ func PrometheusRules(a AlertConfig) []PrometheusRule {
 			"description": "pooltop_poll_errors_total grows as fast as pooltop_polls_total.",
 			"runbook":     "First: the status line of watch, or its stderr, names the error. Causes: the database is down or refuses the role; statement_timeout on a very busy server. Do: check the server and the role's grants (pg_monitor).",
 		},
-	}, PrometheusRule{
+	}, Rule{
 		Alert: "PooltopPollSlow", Expr: "histogram_quantile(0.9, sum by (instance, job, le) (rate(pooltop_poll_duration_seconds_bucket[5m]))) > 1", For: "10m",
 		Labels: map[string]string{"severity": SeverityTicket},
 		Annotations: map[string]string{
@@ -217,7 +217,7 @@ func PrometheusRules(a AlertConfig) []PrometheusRule {
 			"description": "The 90th percentile of pooltop_poll_duration_seconds over 5 minutes.",
 			"runbook":     "First: pooltop doctor (missing indexes). Causes: a pool without its partial indexes; a server short of CPU. Do: create the indexes doctor names; poll less often (--interval).",
 		},
-	}, PrometheusRule{
+	}, Rule{
 		Alert: "PooltopAlertActive", Expr: "pooltop_alert_active == 1", For: "1m",
 		Labels: map[string]string{"severity": SeverityTicket},
 		Annotations: map[string]string{
@@ -226,21 +226,4 @@ func PrometheusRules(a AlertConfig) []PrometheusRule {
 			"runbook":     "Run pooltop alerts to read the runbook of the alert named in the alert label.",
 		},
 	})
-}
-
-// withDefaults fills the zero thresholds with their defaults.
-func (a AlertConfig) withDefaults() AlertConfig {
-	a.LockWait = cmp.Or(a.LockWait, 50*time.Millisecond)
-	a.LockWaitFor = cmp.Or(a.LockWaitFor, 3*time.Second)
-	a.DepletionWithin = cmp.Or(a.DepletionWithin, 15*time.Minute)
-	a.DepletionFor = cmp.Or(a.DepletionFor, 5*time.Second)
-	a.ExpiredAfter = cmp.Or(a.ExpiredAfter, time.Second)
-	a.DeadRatio = cmp.Or(a.DeadRatio, 0.2)
-	a.Connections = cmp.Or(a.Connections, 0.9)
-	a.Hold = cmp.Or(a.Hold, 10*time.Second)
-	a.LWLockWaiters = cmp.Or(a.LWLockWaiters, 4)
-	a.LWLockFor = cmp.Or(a.LWLockFor, time.Minute)
-	a.NoLeaseFor = cmp.Or(a.NoLeaseFor, 10*time.Second)
-	a.Starvation = cmp.Or(a.Starvation, 10*time.Second)
-	return a
 }

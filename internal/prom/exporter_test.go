@@ -1,4 +1,4 @@
-package collector
+package prom
 
 import (
 	"encoding/json"
@@ -7,13 +7,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Every metric the Grafana dashboard in contrib/ queries is one the
 // exporter describes: a renamed metric cannot leave a panel empty.
 func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
-	raw, err := os.ReadFile("../contrib/grafana/pooltop.json")
+	raw, err := os.ReadFile("../../contrib/grafana/pooltop.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +60,11 @@ func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 // cycles per second, and the leases the gone ones held.
 func TestFleetMetrics(t *testing.T) {
 	e := NewExporter()
-	e.Observe(Snapshot{Fleet: []Process{
-		{Name: "a", State: ProcessAlive, Alive: true, CyclesPS: 100},
-		{Name: "b", State: ProcessAlive, Alive: true, CyclesPS: 50},
-		{Name: "c", State: ProcessGone, Held: 4},
-		{Name: "d", State: ProcessStopped},
+	e.Observe(collector.Snapshot{Fleet: []collector.Process{
+		{Name: "a", State: collector.ProcessAlive, Alive: true, CyclesPS: 100},
+		{Name: "b", State: collector.ProcessAlive, Alive: true, CyclesPS: 50},
+		{Name: "c", State: collector.ProcessGone, Held: 4},
+		{Name: "d", State: collector.ProcessStopped},
 	}})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(e)
