@@ -141,10 +141,14 @@ type ReaperStats struct {
 	Errors    int64
 	MaxLag    time.Duration // longest expiry-to-reclaim lag seen
 	MaxBatch  time.Duration // longest single reap statement
-	// MaxLate is the longest a background pass started after it was due
-	// (its interval after the last pass ended): the time the process
-	// waited for a CPU, which a lease waits on top of the interval.
-	MaxLate   time.Duration
+	// MaxGap is the longest time from the start of one reap statement to
+	// the end of the next that succeeded. A lease that expires (past its
+	// grace) just after one statement looked is reclaimed by the next, so
+	// no lease waits longer than Grace + MaxGap past its expiry, unless
+	// its holder had its row locked (SKIP LOCKED passes over it) or a pass
+	// stopped at MaxBatches. It holds whatever delayed the reaper: its
+	// interval, a CPU it waited for, a server that was away.
+	MaxGap    time.Duration
 	LastError error
 }
 
@@ -155,8 +159,11 @@ type Reaper struct {
 	engine *Engine
 	cfg    atomic.Pointer[ReaperConfig]
 
-	passes, reclaimed, errs, maxLag, maxBatch, maxLate atomic.Int64
-	lastErr                                            atomic.Pointer[error]
+	passes, reclaimed, errs, maxLag, maxBatch, maxGap atomic.Int64
+	// lastStart is when the last statement that succeeded started, on
+	// the monotonic clock since epoch (0: none yet).
+	lastStart atomic.Int64
+	lastErr   atomic.Pointer[error]
 
 	run startstop.Runner
 }
@@ -190,15 +197,19 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	total := 0
 	r.passes.Add(1)
 	for i := 0; i < cfg.MaxBatches; i++ {
-		start := time.Now()
+		start := time.Since(epoch)
 		res, err := r.engine.LeaseReap(ctx, &LeaseReapParams{Batch: cfg.Batch, Grace: cfg.Grace})
-		storeMax(&r.maxBatch, int64(time.Since(start)))
+		end := time.Since(epoch)
+		storeMax(&r.maxBatch, int64(end-start))
 		if err != nil {
 			if !errors.Is(err, context.Canceled) {
 				r.errs.Add(1)
 				r.lastErr.Store(&err)
 			}
 			return total, err
+		}
+		if prev := r.lastStart.Swap(int64(start)); prev != 0 {
+			storeMax(&r.maxGap, int64(end)-prev)
 		}
 		total += res.Reclaimed
 		r.reclaimed.Add(int64(res.Reclaimed))
@@ -220,18 +231,14 @@ func (r *Reaper) Start(ctx context.Context) { r.run.Start(ctx, r.loop) }
 func (r *Reaper) loop(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	due := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
 		}
-		storeMax(&r.maxLate, int64(time.Since(due)))
 		_, _ = r.RunOnce(ctx) // errors are counted in Stats
-		iv := r.Config().Interval
-		due = time.Now().Add(iv)
-		timer.Reset(iv)
+		timer.Reset(r.Config().Interval)
 	}
 }
 
@@ -250,13 +257,16 @@ func (r *Reaper) Stats() ReaperStats {
 		Errors:    r.errs.Load(),
 		MaxLag:    time.Duration(r.maxLag.Load()),
 		MaxBatch:  time.Duration(r.maxBatch.Load()),
-		MaxLate:   time.Duration(r.maxLate.Load()),
+		MaxGap:    time.Duration(r.maxGap.Load()),
 	}
 	if p := r.lastErr.Load(); p != nil {
 		s.LastError = *p
 	}
 	return s
 }
+
+// epoch is the origin of the reaper's monotonic clock readings.
+var epoch = time.Now()
 
 // storeMax raises a to v if v is larger.
 func storeMax(a *atomic.Int64, v int64) {

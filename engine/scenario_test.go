@@ -439,11 +439,12 @@ func TestOptimisticConflictIsCountedAndRetried(t *testing.T) {
 	})
 }
 
-// A background reaper measures how late its passes start past their due
-// time (what a lease waits on a machine short of CPU, on top of the
-// interval); passes run by hand have no due time.
-func TestReaperMeasuresHowLateItsPassesStart(t *testing.T) {
-	b := setup(t, 1)
+// The reaper measures the longest gap between two of its statements (by
+// hand or in the background), and no lease it reclaims waits past its
+// expiry longer than the grace and that gap: each statement reclaims
+// every lease that expired before it looked.
+func TestReaperGapBoundsTheReclaimLag(t *testing.T) {
+	b := setup(t, 50)
 	byHand, err := b.eng.NewReaper(engine.ReaperConfig{Batch: 10})
 	if err != nil {
 		t.Fatal(err)
@@ -451,23 +452,45 @@ func TestReaperMeasuresHowLateItsPassesStart(t *testing.T) {
 	if _, err := byHand.RunOnce(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if late := byHand.Stats().MaxLate; late != 0 {
-		t.Fatalf("a pass run by hand counted %v late", late)
+	if gap := byHand.Stats().MaxGap; gap != 0 {
+		t.Fatalf("one statement measured a gap of %v", gap)
 	}
-	r, err := b.eng.NewReaper(engine.ReaperConfig{Batch: 10, Interval: 10 * time.Millisecond})
+	waited := time.Now()
+	if _, err := b.eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{Holder: "h", TTL: time.Millisecond, N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond) // the 1 ms lease runs out
+	if _, err := byHand.RunOnce(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := byHand.Stats(); s.MaxGap < time.Since(waited) || s.Reclaimed != 1 || s.MaxLag > s.MaxGap {
+		t.Fatalf("by hand: %+v, want a gap of at least %v, 1 reclaimed within it", s, time.Since(waited))
+	}
+
+	const interval, grace = 50 * time.Millisecond, 20 * time.Millisecond
+	r, err := b.eng.NewReaper(engine.ReaperConfig{Batch: 3, Interval: interval, Grace: grace})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.Start(b.ctx)
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Stats().Passes < 3 {
+	defer r.Stop()
+	// Leases of different lengths expire at every point of the interval.
+	for i := range 20 {
+		ttl := time.Duration(1+i*7) * time.Millisecond
+		if _, err := b.eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{Holder: "h", TTL: ttl, N: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for r.Stats().Reclaimed < 40 {
 		if time.Now().After(deadline) {
-			t.Fatal("the background reaper did not run 3 passes in 10 s")
+			t.Fatalf("the background reaper reclaimed %d of 40 leases in 20 s", r.Stats().Reclaimed)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	r.Stop()
-	if s := r.Stats(); s.MaxLate <= 0 || s.MaxLate > 10*time.Second {
-		t.Fatalf("after %d passes, MaxLate %v", s.Passes, s.MaxLate)
+	s := r.Stats()
+	if s.MaxGap < interval || s.MaxLag > grace+s.MaxGap+10*time.Millisecond {
+		t.Fatalf("background: %+v, want a gap of at least %v and a lag within the grace and the gap", s, interval)
 	}
 }

@@ -351,12 +351,13 @@ run:
 		DoubleFinalizations: audit.DoubleFinalizations, LostIDs: int64(lost),
 		ExpiredPending: audit.PendingPastGrace, Reclaimed: rs.Reclaimed,
 		MaxReclaimLagMS: ms(rs.MaxLag),
-		// A lease expiring just after a pass waits for the next one: the
-		// grace, one interval, the pass before it and its own statement,
-		// the longest the reaper's process waited for a CPU past a pass's
-		// due time (measured), plus timer slack (100 ms + a fifth of the
-		// interval).
-		ReclaimBoundMS: ms(cfg.ReaperGrace + cfg.ReaperInterval + 2*rs.MaxBatch + rs.MaxLate + 100*time.Millisecond + cfg.ReaperInterval/5),
+		// A lease expiring just after a reap statement looked is reclaimed
+		// by the next one: it waits at most the grace and the longest gap
+		// between two statements (engine.ReaperStats.MaxGap, which holds
+		// the interval and whatever delayed the reaper: a CPU it waited
+		// for, a pass's other batches), plus 100 ms for the server's clock
+		// read against ours.
+		ReclaimBoundMS: ms(cfg.ReaperGrace + rs.MaxGap + 100*time.Millisecond),
 		Crashes:        snap.Crashes, Pauses: snap.Pauses, EmptyPool: snap.EmptyPool,
 		Conflicts: snap.Conflicts, Errors: errs, Audit: audit,
 		LeasesLost: snap.LeasesLost, Transferred: snap.Transferred, OldHolderRejections: snap.OldHolderRejections,
