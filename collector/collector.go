@@ -191,9 +191,14 @@ type Collector struct {
 
 	unused   unusedCounter
 	passOver passOver
-	total    totalCounter
-	pending  pendingCounter
-	census   census
+	// lockWaits: at the last poll a session of the database waited on a
+	// lock, so this one reads the lock waits with the server statement.
+	// lockReads counts the polls that read them.
+	lockWaits bool
+	lockReads int
+	total     totalCounter
+	pending   pendingCounter
+	census    census
 	// leaseless counts the PENDING rows without a lease by ranges of the
 	// table while there are too many to count from the index (see
 	// pendingCounter.ranged).
@@ -639,7 +644,15 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 			return s, fmt.Errorf("poll: %w", err)
 		}
 	}
-	c.queueServer(serverBatch, &s)
+	// The lock waits are read with the server statement while the last
+	// poll saw a session wait on a lock, else only once this one sees one
+	// (a second round trip, below).
+	var waiting bool
+	c.queueServer(serverBatch, &s, &waiting)
+	locksSent := c.lockWaits
+	if locksSent {
+		c.queueLocks(serverBatch, &s)
+	}
 	var unusedQ *unusedQuery
 	if staged {
 		unusedQ = &unusedQuery{skip: true, seekOnly: true}
@@ -711,10 +724,22 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 			err = e
 		}
 	}
+	if err == nil && waiting && !locksSent {
+		lb := &pgx.Batch{}
+		c.queueLocks(lb, &s)
+		if len(conns) > 0 {
+			err = conns[0].SendBatch(ctx, lb).Close()
+		} else {
+			err = c.pool.SendBatch(ctx, lb).Close()
+		}
+	} else if !locksSent {
+		locks(nil, &s)
+	}
 	if err != nil {
 		c.backOff()
 		return s, fmt.Errorf("poll: %w", err)
 	}
+	c.lockWaits = waiting
 	s.Holders, s.HoldersRead = c.holders.absorb(holdersQ)
 	s.Claims = c.claims.absorb(claimsQ, start)
 	s.Fleet = c.fleet.absorb(fleetQ)
@@ -1094,10 +1119,10 @@ func locks(rows []lockRow, s *Snapshot) {
 }
 
 // queueServer reads the table statistics, a running vacuum, the session
-// holding back the xmin horizon, the connection count and the lock waits in
-// one statement.
-func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
-	b.Queue(serverQuery(c.t.version), c.serverArgs()...).QueryRow(func(row pgx.Row) error {
+// holding back the xmin horizon and the connection count in one statement;
+// waiting is whether a session of this database waits on a lock.
+func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot, waiting *bool) {
+	b.Queue(sqlServer, c.serverArgs()...).QueryRow(func(row pgx.Row) error {
 		var live, dead, autovac *int64
 		var phase *string
 		var total, scanned, vacuumed *int64
@@ -1105,13 +1130,12 @@ func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
 		var xapp, xstate *string
 		var xage *int64
 		var xs *float64
-		var waits []byte
 		var worst *uint32
 		var wlive, wdead *int64
 		var lwn *int32
 		var lwtop *string
 		if err := row.Scan(&live, &dead, &autovac, &s.LastAutovacuum, &s.insDel, &phase, &total, &scanned, &vacuumed,
-			&xpid, &xapp, &xstate, &xage, &xs, &s.Connections, &s.MaxConnections, &waits, &worst, &wlive, &wdead, &lwn, &lwtop); err != nil {
+			&xpid, &xapp, &xstate, &xage, &xs, &s.Connections, &s.MaxConnections, waiting, &worst, &wlive, &wdead, &lwn, &lwtop); err != nil {
 			return fmt.Errorf("server statistics: %w", err)
 		}
 		if lwn != nil && lwtop != nil {
@@ -1129,13 +1153,6 @@ func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
 			}
 			s.WorstPartition = p
 		}
-		var rows []lockRow
-		if len(waits) > 0 {
-			if err := json.Unmarshal(waits, &rows); err != nil {
-				return fmt.Errorf("lock waits: %w", err)
-			}
-		}
-		locks(rows, s)
 		if live != nil {
 			s.LiveTuples, s.DeadTuples, s.AutovacuumCount = *live, *dead, *autovac
 		}
@@ -1157,9 +1174,40 @@ func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot) {
 	})
 }
 
-// serverArgs are the arguments of the server statement (see
-// sqlServerTemplate).
+// serverArgs are the arguments of the server statement (see sqlServer).
 func (c *Collector) serverArgs() []any {
+	// One pass over pg_stat_activity serves the connection count, the xmin
+	// holder, the LWLock waits and whether to read the lock waits.
+	names := []string{c.t.name}
+	if c.t.partitioned {
+		names = append(names, c.t.leafNames...)
+	}
+	return []any{c.t.leaves, c.t.partitioned, names}
+}
+
+// queueLocks reads the pool's lock waits and who blocks them (see
+// sqlLocksTemplate) into s.
+func (c *Collector) queueLocks(b *pgx.Batch, s *Snapshot) {
+	b.Queue(locksQuery(c.t.version), c.lockRelations()).QueryRow(func(row pgx.Row) error {
+		var waits []byte
+		if err := row.Scan(&waits); err != nil {
+			return fmt.Errorf("lock waits: %w", err)
+		}
+		var rows []lockRow
+		if len(waits) > 0 {
+			if err := json.Unmarshal(waits, &rows); err != nil {
+				return fmt.Errorf("lock waits: %w", err)
+			}
+		}
+		locks(rows, s)
+		c.lockReads++
+		return nil
+	})
+}
+
+// lockRelations are the relations whose locks make a session the pool's:
+// the table, its partitions, the ledger.
+func (c *Collector) lockRelations() []uint32 {
 	rels := []uint32{c.t.oid}
 	if c.t.partitioned {
 		rels = append(rels, c.t.leaves...)
@@ -1167,15 +1215,7 @@ func (c *Collector) serverArgs() []any {
 	if c.t.ledgerOID != 0 {
 		rels = append(rels, c.t.ledgerOID)
 	}
-	// One pass over pg_stat_activity serves the connection count, the xmin
-	// holder and the lock waits. pg_locks takes every lock-manager partition
-	// lock to read the lock table, in the workers' way: it is read only while
-	// some session waits on a lock.
-	names := []string{c.t.name}
-	if c.t.partitioned {
-		names = append(names, c.t.leafNames...)
-	}
-	return []any{rels, c.t.leaves, c.t.partitioned, names}
+	return rels
 }
 
 func deref(p *int64) int64 {

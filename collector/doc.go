@@ -25,9 +25,9 @@
 //
 // A poll sends three pipelined batches on three sessions at once: the
 // UNUSED count; the PENDING count (with the UNUSED sweep where there is a
-// PENDING index); and everything else (table statistics, lock waits,
-// holders, the fleet, claim statements from pg_stat_statements, the total
-// count of rows). Each backend then does about a third of the work. Each
+// PENDING index); and everything else (table statistics, lock waits
+// while a session waits on a lock, holders, the fleet, claim statements
+// from pg_stat_statements, the total count of rows). Each backend then does about a third of the work. Each
 // batch keeps its backend from poll to poll (a backend's first run of a
 // statement costs it far more than the next), and at the start the
 // sessions come in one a poll (the first poll sends the three batches as

@@ -40,10 +40,13 @@ func Sessions(c *Collector) int32 { return c.pool.Stat().TotalConns() }
 // DBPool is the collector's own read-only pool.
 func DBPool(c *Collector) *engine.Pool { return c.pool }
 
-// ServerStatement returns the statement of c's poll that reads the table
-// statistics, the sessions and the lock waits, with its arguments.
-func ServerStatement(c *Collector) (string, []any) {
-	return serverQuery(c.t.version), c.serverArgs()
+// LockReads is how many of c's polls read the lock waits.
+func LockReads(c *Collector) int { return c.lockReads }
+
+// LocksStatement returns the statement of c's poll that reads the lock
+// waits, with its arguments.
+func LocksStatement(c *Collector) (string, []any) {
+	return locksQuery(c.t.version), []any{c.lockRelations()}
 }
 
 // Knockout switches the named counting mechanism off (settled, cuts,

@@ -63,7 +63,7 @@ func BenchmarkPollLockWaiters(b *testing.B) {
 	if s.LockWaiters != waiters {
 		b.Fatalf("lock_waiters %d, want %d", s.LockWaiters, waiters)
 	}
-	sql, args := collector.ServerStatement(col)
+	sql, args := collector.LocksStatement(col)
 	// As the collector's sessions run it: one generic plan, no JIT.
 	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan; SET jit = off; SET max_parallel_workers_per_gather = 0"); err != nil {
 		b.Fatal(err)

@@ -168,3 +168,64 @@ func TestLockWaitBehindAMigrationDoesNotPage(t *testing.T) {
 		})
 	}
 }
+
+// The lock waits (pg_locks, and a statement whose first plan costs a new
+// backend more than the rest of the server statement) are read only while
+// a session of the database waits on a lock: in the poll that first sees
+// one, by a second statement, then with the server statement until a
+// poll sees none. Not parallel: a wait of another test in the same
+// database would be read too.
+func TestLockWaitsAreReadOnlyWhileASessionWaits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	db := pgtest.NewSeeded(t, ctx, 10, pgtest.Options{MaxConns: 4})
+	b := &bundle{ctx: ctx, schema: db.Schema, conn: pgtest.Conn(t, db.Schema), eng: db.Engine}
+	c := b.collector(t, collector.Config{})
+	poll := func(what string, waiters, reads int) {
+		t.Helper()
+		s, err := c.Poll(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.LockWaiters != waiters || collector.LockReads(c) != reads {
+			t.Fatalf("%s: %d waiters, lock waits read %d times; want %d, %d", what, s.LockWaiters, collector.LockReads(c), waiters, reads)
+		}
+	}
+	poll("no wait, poll 1", 0, 0)
+	poll("no wait, poll 2", 0, 0)
+
+	holder := pgtest.PeerTx(t, b.ctx, b.schema)
+	if _, err := holder.Exec(b.ctx, "UPDATE resource_pool SET updated_at = now() WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	waiter := pgtest.Conn(t, b.schema)
+	var waiterPID int32
+	if err := waiter.QueryRow(b.ctx, "SELECT pg_backend_pid()").Scan(&waiterPID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Exec(context.Background(), "UPDATE resource_pool SET updated_at = now() WHERE id = 1")
+		done <- err
+	}()
+	t.Cleanup(func() { _ = holder.Rollback(context.Background()); <-done })
+	pgtest.Eventually(t, "the waiter waiting", 30*time.Second, func() bool {
+		var n int
+		if err := b.conn.QueryRow(b.ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid = $1", waiterPID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	})
+	poll("a wait begins", 1, 1)
+	poll("the wait goes on", 1, 2)
+
+	if err := holder.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	done <- nil // for the cleanup
+	poll("the wait is over", 0, 3)
+	poll("no wait again", 0, 3)
+}

@@ -3,21 +3,20 @@ package collector
 import "fmt"
 
 // The collector's statements that differ by server version, each named and
-// chosen by serverQuery from the server_version_num read once at start
+// chosen by locksQuery from the server_version_num read once at start
 // (pgcenter's way). The counting statements (sqlUnused, the PENDING
 // statements in pending.go, the table scan in census.go) are the same on
 // every version pooltop supports (12 and later), but for the TID range
 // scan, which census picks.
 
-// sqlServer14 reads the table statistics summed over the partitions, a
-// running vacuum, the session holding back the xmin horizon, the
-// connection count and the lock waits, from PostgreSQL 14 on: pg_locks
-// tells since when a lock is waited for (waitstart).
-var sqlServer14 = fmt.Sprintf(sqlServerTemplate, "waitstart", blockingPIDsWaiters, "waitstart")
+// sqlLocks14 reads the pool's lock waits and who blocks them, from
+// PostgreSQL 14 on: pg_locks tells since when a lock is waited for
+// (waitstart).
+var sqlLocks14 = fmt.Sprintf(sqlLocksTemplate, "waitstart", blockingPIDsWaiters, "waitstart")
 
-// sqlServer12 is sqlServer14 for PostgreSQL 12 and 13, whose pg_locks has
+// sqlLocks12 is sqlLocks14 for PostgreSQL 12 and 13, whose pg_locks has
 // no waitstart: the wait is timed from the session's last state change.
-var sqlServer12 = fmt.Sprintf(sqlServerTemplate, "NULL::timestamptz", blockingPIDsWaiters, "(SELECT a.state_change FROM a WHERE a.pid = ws.pid)")
+var sqlLocks12 = fmt.Sprintf(sqlLocksTemplate, "NULL::timestamptz", blockingPIDsWaiters, "(SELECT a.state_change FROM a WHERE a.pid = ws.pid)")
 
 // blockingPIDsWaiters is how many of the pool's lock waiters, the longest
 // waiting first, are asked pg_blocking_pids: each call takes every
@@ -28,31 +27,22 @@ var sqlServer12 = fmt.Sprintf(sqlServerTemplate, "NULL::timestamptz", blockingPI
 // the sessions queued ahead in a conflicting mode).
 const blockingPIDsWaiters = 10
 
-// serverQuery picks the server statement for a server_version_num.
-func serverQuery(version int) string {
+// locksQuery picks the lock statement for a server_version_num.
+func locksQuery(version int) string {
 	if version >= 140000 {
-		return sqlServer14
+		return sqlLocks14
 	}
-	return sqlServer12
+	return sqlLocks12
 }
 
-// sqlServerTemplate: $1 the relations whose locks count (the pool, its
-// partitions, the ledger), $2 the relations holding rows and statistics
-// (the table or its partitions), $3 whether to name the worst partition,
-// $4 the names of the table and its partitions.
-//
-// The lock waits are the pool's: sessions waiting on a heavyweight lock
-// that hold or await a lock on a relation of $1 (a session waiting on a
-// row of the pool holds its lock on the table while it waits on the
-// holder's transaction id, or on the row's tuple lock, which names the
-// table). pg_locks is read, once, only while a session of this database
-// waits on a lock: a waiter in another database cannot be the pool's.
-// The longest waiting blockingPIDsWaiters of the pool's waiters are asked
-// pg_blocking_pids; the others' blockers come from that one read (hb).
-// The CTEs' sizes are unknown to the planner, so membership is tested as
-// (pid IN (…)) IS TRUE, which stays a hashed lookup instead of a join it
-// might plan as a nested loop, and hb joins on hashable keys (coalesced:
-// a lock tag's unused fields are null), the rest of the tag compared after.
+// sqlServer reads the table statistics summed over the partitions, a
+// running vacuum, the session holding back the xmin horizon, the
+// connection count, the LWLock waits and whether a session of this
+// database waits on a lock (then the poll reads the lock waits with
+// sqlLocksTemplate): $1 the relations holding rows and statistics (the
+// table or its partitions), $2 whether to name the worst partition, $3
+// the names of the table and its partitions. It is the same on every
+// version.
 //
 // The LWLock figures count the client backends (not the collector's own:
 // its three sessions, or another watch's, share its application_name, and
@@ -67,7 +57,59 @@ func serverQuery(version int) string {
 // queue on latches often; the most frequent wait event is named.
 // Statements that touch the pool through a function or a view are not
 // counted (their text does not name it).
-const sqlServerTemplate = `
+const sqlServer = `
+WITH a AS MATERIALIZED (
+    SELECT pid, backend_type, application_name, usename, state, backend_xmin, xact_start,
+           wait_event_type, wait_event, state_change, query, datname
+    FROM pg_stat_activity
+)
+SELECT st.live, st.dead, st.autovac, st.last, st.insdel,
+       v.phase, v.heap_blks_total, v.heap_blks_scanned, v.heap_blks_vacuumed,
+       x.pid, x.app, x.state, x.age, x.xact_s,
+       (SELECT count(*) FROM a WHERE backend_type = 'client backend'),
+       current_setting('max_connections')::int,
+       EXISTS (SELECT 1 FROM a WHERE wait_event_type = 'Lock' AND datname = current_database()),
+       w.o, w.live, w.dead,
+       lw.n, lw.top
+FROM (SELECT sum(pg_stat_get_live_tuples(o))::bigint AS live, sum(pg_stat_get_dead_tuples(o))::bigint AS dead,
+             sum(pg_stat_get_autovacuum_count(o))::bigint AS autovac, max(pg_stat_get_last_autovacuum_time(o)) AS last,
+             sum(pg_stat_get_tuples_inserted(o) - pg_stat_get_tuples_deleted(o))::bigint AS insdel
+      FROM unnest($1::oid[]) AS o) AS st
+LEFT JOIN (SELECT phase, heap_blks_total, heap_blks_scanned, heap_blks_vacuumed
+           FROM pg_stat_progress_vacuum WHERE relid = ANY($1::oid[]) LIMIT 1) AS v ON true
+LEFT JOIN (SELECT o, pg_stat_get_live_tuples(o) AS live, pg_stat_get_dead_tuples(o) AS dead FROM unnest($1::oid[]) AS o
+           WHERE $2::boolean ORDER BY pg_stat_get_dead_tuples(o)::float8 / greatest(1, pg_stat_get_live_tuples(o) + pg_stat_get_dead_tuples(o)) DESC, o
+           LIMIT 1) AS w ON true
+LEFT JOIN (SELECT pid, coalesce(application_name, '') AS app, coalesce(state, '') AS state,
+                  age(backend_xmin)::bigint AS age, extract(epoch FROM now() - xact_start)::float8 AS xact_s
+           FROM a WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+           ORDER BY age(backend_xmin) DESC LIMIT 1) AS x ON true
+CROSS JOIN LATERAL (
+    SELECT sum(e.n)::int AS n, (array_agg(e.wait_event ORDER BY e.n DESC, e.wait_event))[1] AS top
+    FROM (SELECT a.wait_event, count(*) AS n FROM a
+          WHERE a.wait_event_type = 'LWLock' AND a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()
+            AND a.application_name IS DISTINCT FROM current_setting('application_name')
+            AND EXISTS (SELECT 1 FROM unnest($3::text[]) AS t(name) WHERE strpos(a.query, t.name) > 0)
+          GROUP BY a.wait_event) AS e) AS lw`
+
+// sqlLocksTemplate reads the pool's lock waits: sessions waiting on a
+// heavyweight lock that hold or await a lock on a relation of $1 (the
+// pool, its partitions, the ledger; a session waiting on a row of the
+// pool holds its lock on the table while it waits on the holder's
+// transaction id, or on the row's tuple lock, which names the table).
+// pg_locks takes every lock-manager partition lock to read the lock
+// table, in the workers' way, so the poll sends this statement only
+// while a session of this database waits on a lock (a waiter in another
+// database cannot be the pool's), and it reads pg_locks only if one still
+// does. Its planning alone is most of the server statement's first run
+// in a new backend (docs/benchmarks.md). The longest waiting
+// blockingPIDsWaiters of the pool's waiters are asked pg_blocking_pids;
+// the others' blockers come from that one read (hb). The CTEs' sizes are
+// unknown to the planner, so membership is tested as (pid IN (…)) IS
+// TRUE, which stays a hashed lookup instead of a join it might plan as a
+// nested loop, and hb joins on hashable keys (coalesced: a lock tag's
+// unused fields are null), the rest of the tag compared after.
+const sqlLocksTemplate = `
 WITH a AS MATERIALIZED (
     SELECT pid, backend_type, application_name, usename, state, backend_xmin, xact_start,
            wait_event_type, wait_event, state_change, query, datname
@@ -112,12 +154,7 @@ WITH a AS MATERIALIZED (
     END)
     GROUP BY w.pid
 )
-SELECT st.live, st.dead, st.autovac, st.last, st.insdel,
-       v.phase, v.heap_blks_total, v.heap_blks_scanned, v.heap_blks_vacuumed,
-       x.pid, x.app, x.state, x.age, x.xact_s,
-       (SELECT count(*) FROM a WHERE backend_type = 'client backend'),
-       current_setting('max_connections')::int,
-       (SELECT json_agg(json_build_object(
+SELECT (SELECT json_agg(json_build_object(
             'pid', a.pid, 'application_name', coalesce(a.application_name, ''), 'user', coalesce(a.usename::text, ''),
             'state', coalesce(a.state, ''), 'wait_event', coalesce(a.wait_event_type, '') || coalesce(':' || a.wait_event, ''),
             'wait_ms', CASE WHEN a.wait_event_type = 'Lock' THEN extract(epoch FROM clock_timestamp() - coalesce(ws.waitstart, a.state_change)) * 1000 END,
@@ -127,26 +164,4 @@ SELECT st.live, st.dead, st.autovac, st.last, st.insdel,
         FROM a JOIN p ON p.pid = a.pid
         LEFT JOIN ws ON ws.pid = a.pid
         LEFT JOIN hb ON hb.pid = a.pid
-        WHERE a.pid <> pg_backend_pid()),
-       w.o, w.live, w.dead,
-       lw.n, lw.top
-FROM (SELECT sum(pg_stat_get_live_tuples(o))::bigint AS live, sum(pg_stat_get_dead_tuples(o))::bigint AS dead,
-             sum(pg_stat_get_autovacuum_count(o))::bigint AS autovac, max(pg_stat_get_last_autovacuum_time(o)) AS last,
-             sum(pg_stat_get_tuples_inserted(o) - pg_stat_get_tuples_deleted(o))::bigint AS insdel
-      FROM unnest($2::oid[]) AS o) AS st
-LEFT JOIN (SELECT phase, heap_blks_total, heap_blks_scanned, heap_blks_vacuumed
-           FROM pg_stat_progress_vacuum WHERE relid = ANY($2::oid[]) LIMIT 1) AS v ON true
-LEFT JOIN (SELECT o, pg_stat_get_live_tuples(o) AS live, pg_stat_get_dead_tuples(o) AS dead FROM unnest($2::oid[]) AS o
-           WHERE $3::boolean ORDER BY pg_stat_get_dead_tuples(o)::float8 / greatest(1, pg_stat_get_live_tuples(o) + pg_stat_get_dead_tuples(o)) DESC, o
-           LIMIT 1) AS w ON true
-LEFT JOIN (SELECT pid, coalesce(application_name, '') AS app, coalesce(state, '') AS state,
-                  age(backend_xmin)::bigint AS age, extract(epoch FROM now() - xact_start)::float8 AS xact_s
-           FROM a WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
-           ORDER BY age(backend_xmin) DESC LIMIT 1) AS x ON true
-CROSS JOIN LATERAL (
-    SELECT sum(e.n)::int AS n, (array_agg(e.wait_event ORDER BY e.n DESC, e.wait_event))[1] AS top
-    FROM (SELECT a.wait_event, count(*) AS n FROM a
-          WHERE a.wait_event_type = 'LWLock' AND a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()
-            AND a.application_name IS DISTINCT FROM current_setting('application_name')
-            AND EXISTS (SELECT 1 FROM unnest($4::text[]) AS t(name) WHERE strpos(a.query, t.name) > 0)
-          GROUP BY a.wait_event) AS e) AS lw`
+        WHERE a.pid <> pg_backend_pid())`

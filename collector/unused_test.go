@@ -167,11 +167,11 @@ func TestUnusedCounterOnAModelPool(t *testing.T) {
 	}
 }
 
-// The server statement is chosen by version: pg_locks.waitstart exists
+// The lock statement is chosen by version: pg_locks.waitstart exists
 // from PostgreSQL 14 on.
-func TestServerQueryByVersion(t *testing.T) {
+func TestLocksQueryByVersion(t *testing.T) {
 	for v, want := range map[int]string{120000: "NULL::timestamptz AS waitstart", 130011: "NULL::timestamptz AS waitstart", 140000: "waitstart AS waitstart", 150018: "waitstart AS waitstart"} {
-		if q := serverQuery(v); !strings.Contains(q, want) || strings.Contains(q, "%s") {
+		if q := locksQuery(v); !strings.Contains(q, want) || strings.Contains(q, "%s") {
 			t.Errorf("version %d: want %q in the statement", v, want)
 		}
 	}
