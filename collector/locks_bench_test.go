@@ -14,11 +14,11 @@ import (
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 )
 
-// BenchmarkPollLockWaiters measures a poll, and the server statement that
-// reads the lock waits in it, while 200 sessions wait on row locks of the
+// BenchmarkPollLockWaiters measures a poll, and the statement that reads
+// the lock waits in it, while 200 sessions wait on row locks of the
 // pool (10 behind each of 20 rows one transaction holds): the incident in
 // which reading the lock table costs most. It reports the median poll
-// (poll_p50_ms) and the median of the server statement alone
+// (poll_p50_ms) and the median of the lock statement alone
 // (lockstmt_p50_ms), over b.N rounds of each.
 //
 //	go test -run '^$' -bench PollLockWaiters -benchtime 50x ./collector/
