@@ -528,6 +528,15 @@ func (s *Server) startServer(ctx context.Context, opts Options, cred *syscall.Cr
 // wal_writer_delay may be. fsync off loses nothing here: the operating
 // system keeps what postgres wrote. ctx bounds the restart.
 func (s *Server) Crash(ctx context.Context) error {
+	if err := s.Halt(); err != nil {
+		return err
+	}
+	return s.Resume(ctx)
+}
+
+// Halt stops the server as Crash does (pg_ctl stop -m immediate), and
+// leaves it stopped until Resume: clients are refused meanwhile.
+func (s *Server) Halt() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	select {
@@ -541,6 +550,19 @@ func (s *Server) Crash(ctx context.Context) error {
 	case <-time.After(immediateShutdownWait):
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		<-s.exited
+	}
+	return nil
+}
+
+// Resume starts a server that Halt stopped, on the same port and data
+// directory (crash recovery first), and waits until it accepts connections.
+func (s *Server) Resume(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.exited:
+	default:
+		return errors.New("pgembed: the server is running")
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
