@@ -132,6 +132,27 @@ func Connect(ctx context.Context, opts ConnOptions) (*Pool, error) {
 	return NewPool(ctx, cfg, PoolOptions{Settings: settings})
 }
 
+// ConnectLater opens a pool on a server that does not answer now, to be
+// reached when it does (a server of a pool over several that is down at
+// the start): its connections are made on first use, with pooltop's
+// settings as startup parameters (a server reached this way is taken to
+// be PostgreSQL itself, not a pooler).
+func ConnectLater(opts ConnOptions) (*Pool, error) {
+	cfg, settings, err := poolConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MinConns = 0
+	for _, s := range settings {
+		cfg.ConnConfig.RuntimeParams[s.Name] = s.Value
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, ConnectError(cfg.ConnConfig, err)
+	}
+	return &Pool{pool: pool}, nil
+}
+
 // ConnectError rewrites a connection failure as "what, why, what to do",
 // naming the server and user but never the password.
 func ConnectError(cc *pgx.ConnConfig, err error) error {

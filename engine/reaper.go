@@ -156,13 +156,15 @@ type ReaperStats struct {
 // Start runs passes every Interval until Stop; RunOnce runs one pass and is
 // what tests call instead of sleeping.
 type Reaper struct {
-	engine *Engine
-	cfg    atomic.Pointer[ReaperConfig]
+	// engines are the servers it reaps, each in turn in every pass: one,
+	// or the servers of a pool over several (Servers.NewReaper).
+	engines []*Engine
+	cfg     atomic.Pointer[ReaperConfig]
 
 	passes, reclaimed, errs, maxLag, maxBatch, maxGap atomic.Int64
-	// lastStart is when the last statement that succeeded started, on
-	// the monotonic clock since epoch (0: none yet).
-	lastStart atomic.Int64
+	// lastStart[i] is when the last statement that succeeded on engines[i]
+	// started, on the monotonic clock since epoch (0: none yet).
+	lastStart []atomic.Int64
 	lastErr   atomic.Pointer[error]
 
 	run startstop.Runner
@@ -170,7 +172,11 @@ type Reaper struct {
 
 // NewReaper validates cfg (after applying defaults) and returns a stopped reaper.
 func (e *Engine) NewReaper(cfg ReaperConfig) (*Reaper, error) {
-	r := &Reaper{engine: e}
+	return newReaper([]*Engine{e}, cfg)
+}
+
+func newReaper(engines []*Engine, cfg ReaperConfig) (*Reaper, error) {
+	r := &Reaper{engines: engines, lastStart: make([]atomic.Int64, len(engines))}
 	if err := r.SetConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -191,14 +197,32 @@ func (r *Reaper) SetConfig(cfg ReaperConfig) error {
 func (r *Reaper) Config() ReaperConfig { return *r.cfg.Load() }
 
 // RunOnce reclaims expired leases batch by batch until a batch comes back
-// short or MaxBatches ran, and returns how many rows it reclaimed.
+// short or MaxBatches ran, and returns how many rows it reclaimed. Over
+// several servers it reaps each in turn; one that fails does not stop the
+// others, and the first error is returned.
 func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	cfg := r.Config()
 	total := 0
 	r.passes.Add(1)
+	var first error
+	for i, e := range r.engines {
+		n, err := r.reapOne(ctx, cfg, e, &r.lastStart[i])
+		total += n
+		if err != nil && first == nil {
+			first = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return total, first
+}
+
+func (r *Reaper) reapOne(ctx context.Context, cfg ReaperConfig, e *Engine, lastStart *atomic.Int64) (int, error) {
+	total := 0
 	for i := 0; i < cfg.MaxBatches; i++ {
 		start := time.Since(epoch)
-		res, err := r.engine.LeaseReap(ctx, &LeaseReapParams{Batch: cfg.Batch, Grace: cfg.Grace})
+		res, err := e.LeaseReap(ctx, &LeaseReapParams{Batch: cfg.Batch, Grace: cfg.Grace})
 		end := time.Since(epoch)
 		storeMax(&r.maxBatch, int64(end-start))
 		if err != nil {
@@ -208,7 +232,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 			}
 			return total, err
 		}
-		if prev := r.lastStart.Swap(int64(start)); prev != 0 {
+		if prev := lastStart.Swap(int64(start)); prev != 0 {
 			storeMax(&r.maxGap, int64(end)-prev)
 		}
 		total += res.Reclaimed

@@ -40,8 +40,16 @@ const (
 )
 
 // ReadMark returns the server's mark; the zero ServerMark when it has none
-// (a pool on one server, or a server not part of any pool yet).
+// (a pool on one server, or a server not part of any pool yet, perhaps
+// without pooltop's tables).
 func (e *Engine) ReadMark(ctx context.Context) (ServerMark, error) {
+	var meta bool
+	if err := e.db.QueryRow(ctx, `SELECT to_regclass('pooltop_meta') IS NOT NULL`).Scan(&meta); err != nil {
+		return ServerMark{}, dbError("read the server's mark", err)
+	}
+	if !meta {
+		return ServerMark{}, nil
+	}
 	rows, err := e.db.Query(ctx, `SELECT key, value FROM pooltop_meta WHERE key = ANY($1)`,
 		[]string{markPool, markServer, markServers})
 	if err != nil {
@@ -194,8 +202,8 @@ type ServersStats struct {
 	Skips int64
 }
 
-// Stats returns the spread's counters.
-func (s *Servers) Stats() ServersStats {
+// SpreadStats returns the spread's counters.
+func (s *Servers) SpreadStats() ServersStats {
 	return ServersStats{Fallthroughs: s.fallthroughs.get(), Skips: s.skips.get()}
 }
 
@@ -363,10 +371,10 @@ func (s *Servers) names() []string {
 	return out
 }
 
-// reach makes sure a member that did not answer at the start is the server
+// Reach makes sure a member that did not answer at the start is the server
 // it should be before it is used: its mark names this pool and a server
 // not reached through another address.
-func (s *Servers) reach(ctx context.Context, m *Member) error {
+func (s *Servers) Reach(ctx context.Context, m *Member) error {
 	if m.Name() != "" {
 		return nil
 	}
@@ -425,7 +433,7 @@ func (s *Servers) LeaseAcquire(ctx context.Context, p *LeaseAcquireParams) ([]Le
 }
 
 func (s *Servers) acquireOn(ctx context.Context, m *Member, p *LeaseAcquireParams) ([]Lease, error) {
-	err := s.reach(ctx, m)
+	err := s.Reach(ctx, m)
 	var leases []Lease
 	if err == nil {
 		leases, err = m.Eng.LeaseAcquire(ctx, p)
@@ -466,25 +474,79 @@ func (s *Servers) leaseOn(ctx context.Context, server string, f func(e *Engine) 
 	return l, err
 }
 
-// LeaseRenew renews the lease on the server it names.
-func (s *Servers) LeaseRenew(ctx context.Context, server string, p *LeaseRenewParams) (Lease, error) {
-	return s.leaseOn(ctx, server, func(e *Engine) (Lease, error) { return e.LeaseRenew(ctx, p) })
+// LeaseRenew renews the lease on the server p.Server names.
+func (s *Servers) LeaseRenew(ctx context.Context, p *LeaseRenewParams) (Lease, error) {
+	return s.leaseOn(ctx, p.Server, func(e *Engine) (Lease, error) { return e.LeaseRenew(ctx, p) })
 }
 
-// LeaseRelease releases the lease on the server it names.
-func (s *Servers) LeaseRelease(ctx context.Context, server string, p *LeaseReleaseParams) (Lease, error) {
-	return s.leaseOn(ctx, server, func(e *Engine) (Lease, error) { return e.LeaseRelease(ctx, p) })
+// LeaseRelease releases the lease on the server p.Server names.
+func (s *Servers) LeaseRelease(ctx context.Context, p *LeaseReleaseParams) (Lease, error) {
+	return s.leaseOn(ctx, p.Server, func(e *Engine) (Lease, error) { return e.LeaseRelease(ctx, p) })
 }
 
-// LeaseTransfer transfers the lease on the server it names.
-func (s *Servers) LeaseTransfer(ctx context.Context, server string, p *LeaseTransferParams) (Lease, error) {
-	return s.leaseOn(ctx, server, func(e *Engine) (Lease, error) { return e.LeaseTransfer(ctx, p) })
+// LeaseTransfer transfers the lease on the server p.Server names.
+func (s *Servers) LeaseTransfer(ctx context.Context, p *LeaseTransferParams) (Lease, error) {
+	return s.leaseOn(ctx, p.Server, func(e *Engine) (Lease, error) { return e.LeaseTransfer(ctx, p) })
 }
 
-// LeaseCommit commits the effect on the server the lease names, where the
+// LeaseCommit commits the effect on the server p.Server names, where the
 // id and its ledger live: one fenced statement there.
-func (s *Servers) LeaseCommit(ctx context.Context, server string, p *LeaseCommitParams) (CommitResult, error) {
-	return on(ctx, s, server, func(e *Engine) (CommitResult, error) { return e.LeaseCommit(ctx, p) })
+func (s *Servers) LeaseCommit(ctx context.Context, p *LeaseCommitParams) (CommitResult, error) {
+	return on(ctx, s, p.Server, func(e *Engine) (CommitResult, error) { return e.LeaseCommit(ctx, p) })
+}
+
+// LeaseCheck reads whether the lease is live, on the server p.Server names.
+func (s *Servers) LeaseCheck(ctx context.Context, p *LeaseCheckParams) (bool, error) {
+	return on(ctx, s, p.Server, func(e *Engine) (bool, error) { return e.LeaseCheck(ctx, p) })
+}
+
+// LeaseCommitBatch commits the items, one fenced statement on each server
+// the items name (a batch's items may come from several servers: never one
+// statement across them). results[i] and errs[i] describe items[i]; a
+// server that fails fails its own items, with the error in errs, and the
+// others are committed. The returned error is set when every server failed.
+func (s *Servers) LeaseCommitBatch(ctx context.Context, holder string, items []CommitItem) ([]CommitResult, []error, error) {
+	results, errs := make([]CommitResult, len(items)), make([]error, len(items))
+	byServer := map[string][]int{}
+	var order []string
+	for i, it := range items {
+		if _, ok := byServer[it.Server]; !ok {
+			order = append(order, it.Server)
+		}
+		byServer[it.Server] = append(byServer[it.Server], i)
+	}
+	failed := 0
+	var lastErr error
+	for _, server := range order {
+		at := byServer[server]
+		part := make([]CommitItem, len(at))
+		for k, i := range at {
+			part[k] = items[i]
+		}
+		type batch struct {
+			res  []CommitResult
+			errs []error
+		}
+		b, err := on(ctx, s, server, func(e *Engine) (batch, error) {
+			res, errs, err := e.LeaseCommitBatch(ctx, holder, part)
+			return batch{res, errs}, err
+		})
+		if err != nil {
+			failed++
+			lastErr = err
+			for _, i := range at {
+				errs[i] = err
+			}
+			continue
+		}
+		for k, i := range at {
+			results[i], errs[i] = b.res[k], b.errs[k]
+		}
+	}
+	if failed == len(order) && lastErr != nil {
+		return nil, nil, lastErr
+	}
+	return results, errs, nil
 }
 
 // Show reads the row of id on the server named.
@@ -535,12 +597,16 @@ const serversSeedChunk = 100_000
 // needs every server: one that does not answer fails the seed before
 // anything is written. It returns the ids added on each server.
 func (s *Servers) Seed(ctx context.Context, count int) (map[string]int64, error) {
+	return s.seed(ctx, count, true)
+}
+
+func (s *Servers) seed(ctx context.Context, count int, analyze bool) (map[string]int64, error) {
 	if count <= 0 || count > MaxSeed {
 		return nil, invalid("count %d: seed between 1 and %d ids", count, MaxSeed)
 	}
 	var top int64
 	for _, m := range s.members {
-		if err := s.reach(ctx, m); err != nil {
+		if err := s.Reach(ctx, m); err != nil {
 			return nil, fmt.Errorf("seed: %s: %w: a seed places ids on every server; start it, or seed when it is back", m.Addr, err)
 		}
 		var hi int64
@@ -575,6 +641,9 @@ func (s *Servers) Seed(ctx context.Context, count int) (map[string]int64, error)
 		done += n
 	}
 	for _, name := range names {
+		if !analyze {
+			break
+		}
 		if _, err := byName[name].Eng.db.Exec(ctx, "ANALYZE resource_pool"); err != nil {
 			return added, fmt.Errorf("seed: server %s: analyze: %w", name, err)
 		}
@@ -596,7 +665,7 @@ func (s *Servers) Audit(ctx context.Context, grace time.Duration) (AuditReport, 
 	total := AuditReport{Violations: []string{}, Findings: []Finding{}}
 	var per []ServerAudit
 	for _, m := range s.members {
-		if err := s.reach(ctx, m); err != nil {
+		if err := s.Reach(ctx, m); err != nil {
 			return total, per, fmt.Errorf("audit: %s: %w: verify audits every server of the pool; try again when it answers", m.Addr, err)
 		}
 		a, err := m.Eng.Audit(ctx, grace)
@@ -636,19 +705,83 @@ func (a *AuditReport) add(b AuditReport, server string) {
 	}
 }
 
-// NewReapers returns a reaper for each server, each reclaiming the leases
-// its server's clock says have expired. A server that does not answer
-// fails its reaper's passes until it is back; the others go on.
-func (s *Servers) NewReapers(cfg ReaperConfig) ([]*Reaper, error) {
-	var out []*Reaper
+// NewReaper returns one reaper for every server: each pass reaps them in
+// turn, each reclaiming the leases its own clock says have expired. A
+// server that does not answer fails its part of the pass until it is back
+// (counted in the reaper's errors); the others go on. Several reapers on
+// one pool are safe: a reap is a compare-and-set on each row.
+func (s *Servers) NewReaper(cfg ReaperConfig) (*Reaper, error) {
+	engines := make([]*Engine, len(s.members))
+	for i, m := range s.members {
+		engines[i] = m.Eng
+	}
+	return newReaper(engines, cfg)
+}
+
+// StillHeld returns which of the leases (ids[i] at tokens[i]) are still
+// PENDING at that token on any server (ids are unique across servers). It
+// fails when a server does not answer: its leases cannot be told reclaimed.
+func (s *Servers) StillHeld(ctx context.Context, ids, tokens []int64) ([]int64, error) {
+	var out []int64
 	for _, m := range s.members {
-		r, err := m.Eng.NewReaper(cfg)
-		if err != nil {
-			return nil, err
+		if err := s.Reach(ctx, m); err != nil {
+			return nil, fmt.Errorf("%s: %w", m.Addr, err)
 		}
-		out = append(out, r)
+		held, err := m.Eng.StillHeld(ctx, ids, tokens)
+		if err != nil {
+			return nil, fmt.Errorf("server %s: %w", m.Name(), err)
+		}
+		out = append(out, held...)
 	}
 	return out, nil
+}
+
+// Refill is Seed without the ANALYZE, for a producer topping the pool up;
+// it needs every server, as Seed does.
+func (s *Servers) Refill(ctx context.Context, count int) (int64, error) {
+	added, err := s.seed(ctx, count, false)
+	var n int64
+	for _, v := range added {
+		n += v
+	}
+	return n, err
+}
+
+// SetAutovacuum turns autovacuum on the pool's tables off or back on, on
+// every server that answers; the first error is returned.
+func (s *Servers) SetAutovacuum(ctx context.Context, on bool) error {
+	var first error
+	for _, m := range s.members {
+		if err := m.Eng.SetAutovacuum(ctx, on); err != nil && first == nil {
+			first = fmt.Errorf("%s: %w", m.Addr, err)
+		}
+	}
+	return first
+}
+
+// HoldFree holds free ids FOR SHARE as Engine.HoldFree does, on one server
+// drawn at random among those that answer.
+func (s *Servers) HoldFree(ctx context.Context, n int, hold time.Duration, held func(ids []int64)) (int, error) {
+	start := mrand.IntN(len(s.members))
+	for i := range s.members {
+		m := s.members[(start+i)%len(s.members)]
+		if m.ready(time.Now()) {
+			return m.Eng.HoldFree(ctx, n, hold, held)
+		}
+	}
+	return 0, fmt.Errorf("%w: no server answers", ErrServers)
+}
+
+// Stats adds up the engines' counters.
+func (s *Servers) Stats() Stats {
+	var out Stats
+	for _, m := range s.members {
+		st := m.Eng.Stats()
+		out.OptimisticConflicts += st.OptimisticConflicts
+		out.OptimisticRetries += st.OptimisticRetries
+		out.PartitionFallthroughs += st.PartitionFallthroughs
+	}
+	return out
 }
 
 // PlanMarks returns the marks migrate writes on the servers listed, given

@@ -167,20 +167,20 @@ func TestServersSeedSpreadClaimAndRoute(t *testing.T) {
 	l := held[0]
 	other := map[string]string{"s1": "s2", "s2": "s1"}[l.Server]
 	// The handle names the server: the same id and token elsewhere is nothing.
-	if _, err := s.LeaseCommit(ctx, other, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: "w", RequestID: "r-wrong"}); err == nil {
+	if _, err := s.LeaseCommit(ctx, &engine.LeaseCommitParams{Server: other, ID: l.ID, Token: l.Token, Holder: "w", RequestID: "r-wrong"}); err == nil {
 		t.Fatalf("a commit of %s's lease on %s succeeded", l.Server, other)
 	}
-	if _, err := s.LeaseCommit(ctx, "", &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: "w", RequestID: "r-none"}); !errors.Is(err, engine.ErrInvalidArgument) {
+	if _, err := s.LeaseCommit(ctx, &engine.LeaseCommitParams{Server: "", ID: l.ID, Token: l.Token, Holder: "w", RequestID: "r-none"}); !errors.Is(err, engine.ErrInvalidArgument) {
 		t.Fatalf("a commit naming no server: %v, want ErrInvalidArgument", err)
 	}
-	if _, err := s.LeaseCommit(ctx, l.Server, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: "w", RequestID: "r-1"}); err != nil {
+	if _, err := s.LeaseCommit(ctx, &engine.LeaseCommitParams{Server: l.Server, ID: l.ID, Token: l.Token, Holder: "w", RequestID: "r-1"}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.LeaseRenew(ctx, held[1].Server, &engine.LeaseRenewParams{ID: held[1].ID, Token: held[1].Token, TTL: time.Minute})
+	r, err := s.LeaseRenew(ctx, &engine.LeaseRenewParams{Server: held[1].Server, ID: held[1].ID, Token: held[1].Token, TTL: time.Minute})
 	if err != nil || r.Server != held[1].Server {
 		t.Fatalf("renew: %+v, %v", r, err)
 	}
-	if _, err := s.LeaseRelease(ctx, held[2].Server, &engine.LeaseReleaseParams{ID: held[2].ID, Token: held[2].Token}); err != nil {
+	if _, err := s.LeaseRelease(ctx, &engine.LeaseReleaseParams{Server: held[2].Server, ID: held[2].ID, Token: held[2].Token}); err != nil {
 		t.Fatal(err)
 	}
 	total, per, err := s.Audit(ctx, time.Minute)
@@ -257,14 +257,12 @@ func TestServersGoOnWhileOneIsStoppedHard(t *testing.T) {
 	stoppedName, _ := stopped.ReadMark(ctx)
 
 	const ttl = 500 * time.Millisecond
-	reapers, err := s.NewReapers(engine.ReaperConfig{Interval: 100 * time.Millisecond, Grace: 0})
+	reaper, err := s.NewReaper(engine.ReaperConfig{Interval: 100 * time.Millisecond, Grace: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range reapers {
-		r.Start(ctx)
-		defer r.Stop()
-	}
+	reaper.Start(ctx)
+	defer reaper.Stop()
 
 	var down atomic.Bool
 	var claimedWhileDown, fromStoppedWhileDown, committed atomic.Int64
@@ -294,7 +292,7 @@ func TestServersGoOnWhileOneIsStoppedHard(t *testing.T) {
 					}
 					continue
 				}
-				if _, err := s.LeaseCommit(wctx, l.Server, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: holder, RequestID: fmt.Sprintf("%s-%s-%d", l.Server, holder, n)}); err == nil {
+				if _, err := s.LeaseCommit(wctx, &engine.LeaseCommitParams{Server: l.Server, ID: l.ID, Token: l.Token, Holder: holder, RequestID: fmt.Sprintf("%s-%s-%d", l.Server, holder, n)}); err == nil {
 					committed.Add(1)
 				}
 			}
@@ -317,11 +315,11 @@ func TestServersGoOnWhileOneIsStoppedHard(t *testing.T) {
 	pgtest.Eventually(t, "claims at the server back up", 30*time.Second, func() bool {
 		ls, err := s.LeaseAcquire(ctx, &engine.LeaseAcquireParams{Holder: "probe", TTL: time.Minute, N: 1})
 		if err == nil && ls[0].Server == stoppedName.Name {
-			_, _ = s.LeaseRelease(ctx, ls[0].Server, &engine.LeaseReleaseParams{ID: ls[0].ID, Token: ls[0].Token})
+			_, _ = s.LeaseRelease(ctx, &engine.LeaseReleaseParams{Server: ls[0].Server, ID: ls[0].ID, Token: ls[0].Token})
 			return true
 		}
 		if err == nil {
-			_, _ = s.LeaseRelease(ctx, ls[0].Server, &engine.LeaseReleaseParams{ID: ls[0].ID, Token: ls[0].Token})
+			_, _ = s.LeaseRelease(ctx, &engine.LeaseReleaseParams{Server: ls[0].Server, ID: ls[0].ID, Token: ls[0].Token})
 		}
 		return false
 	})

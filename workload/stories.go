@@ -56,7 +56,7 @@ func (wk *worker) transfer(ctx context.Context, cfg *Config, leases []engine.Lea
 	s := wk.shard
 	for _, l := range leases {
 		to := wk.peer(cfg)
-		nl, err := wk.w.eng.LeaseTransfer(ctx, &engine.LeaseTransferParams{ID: l.ID, Token: l.Token, To: to, TTL: cfg.TTL})
+		nl, err := wk.w.eng.LeaseTransfer(ctx, &engine.LeaseTransferParams{ID: l.ID, Token: l.Token, Server: l.Server, To: to, TTL: cfg.TTL})
 		switch {
 		case engine.IsRejected(err):
 			s.add(cLeaseLost, 1)
@@ -86,9 +86,9 @@ func rejected(err error) bool { return engine.IsRejected(err) || errors.Is(err, 
 // check that its token is current, freezing between the check and the
 // write when pauseAfterCheck; with fencing off, unchecked.
 func (wk *worker) commitOne(ctx context.Context, cfg *Config, l engine.Lease, holder, reqID string, pauseAfterCheck bool) (engine.CommitResult, error) {
-	p := &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: holder, RequestID: reqID, NoFence: !cfg.Fencing}
+	p := &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Server: l.Server, Holder: holder, RequestID: reqID, NoFence: !cfg.Fencing}
 	if cfg.Fencing && cfg.FenceInApp {
-		ok, err := wk.w.eng.LeaseCheck(ctx, &engine.LeaseCheckParams{ID: l.ID, Token: l.Token})
+		ok, err := wk.w.eng.LeaseCheck(ctx, &engine.LeaseCheckParams{ID: l.ID, Token: l.Token, Server: l.Server})
 		if err != nil {
 			return engine.CommitResult{}, err
 		}

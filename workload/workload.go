@@ -31,7 +31,7 @@ type LeakedLease struct {
 // (stopped again, it starts again); SetConfig changes knobs while it runs.
 // All methods are safe for concurrent use.
 type Workload struct {
-	eng    *engine.Engine
+	eng    Engine
 	reaper *engine.Reaper
 	cfg    atomic.Pointer[Config]
 	runID  string
@@ -63,8 +63,32 @@ type Workload struct {
 	run startstop.Runner
 }
 
+// Engine is what a workload drives: one server's engine (*engine.Engine) or
+// a pool over several servers (*engine.Servers), which sends each lease's
+// calls to the server the lease names.
+type Engine interface {
+	LeaseAcquire(ctx context.Context, p *engine.LeaseAcquireParams) ([]engine.Lease, error)
+	LeaseRenew(ctx context.Context, p *engine.LeaseRenewParams) (engine.Lease, error)
+	LeaseRelease(ctx context.Context, p *engine.LeaseReleaseParams) (engine.Lease, error)
+	LeaseTransfer(ctx context.Context, p *engine.LeaseTransferParams) (engine.Lease, error)
+	LeaseCheck(ctx context.Context, p *engine.LeaseCheckParams) (bool, error)
+	LeaseCommit(ctx context.Context, p *engine.LeaseCommitParams) (engine.CommitResult, error)
+	LeaseCommitBatch(ctx context.Context, holder string, items []engine.CommitItem) ([]engine.CommitResult, []error, error)
+	StillHeld(ctx context.Context, ids, tokens []int64) ([]int64, error)
+	Refill(ctx context.Context, count int) (int64, error)
+	SetAutovacuum(ctx context.Context, on bool) error
+	HoldFree(ctx context.Context, n int, hold time.Duration, held func(ids []int64)) (int, error)
+	NewReaper(cfg engine.ReaperConfig) (*engine.Reaper, error)
+	Stats() engine.Stats
+}
+
+var (
+	_ Engine = (*engine.Engine)(nil)
+	_ Engine = (*engine.Servers)(nil)
+)
+
 // New validates cfg and returns a stopped workload over eng.
-func New(eng *engine.Engine, cfg Config) (*Workload, error) {
+func New(eng Engine, cfg Config) (*Workload, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -626,7 +650,7 @@ func (wk *worker) work(ctx context.Context, cfg *Config, leases []engine.Lease) 
 		}
 		kept := leases[:0]
 		for _, l := range leases {
-			nl, err := wk.w.eng.LeaseRenew(ctx, &engine.LeaseRenewParams{ID: l.ID, Token: l.Token, TTL: cfg.TTL})
+			nl, err := wk.w.eng.LeaseRenew(ctx, &engine.LeaseRenewParams{ID: l.ID, Token: l.Token, Server: l.Server, TTL: cfg.TTL})
 			switch {
 			case err == nil:
 				wk.shard.add(cRenewed, 1)
@@ -645,7 +669,7 @@ func (wk *worker) work(ctx context.Context, cfg *Config, leases []engine.Lease) 
 
 func (wk *worker) release(ctx context.Context, leases []engine.Lease) {
 	for _, l := range leases {
-		_, err := wk.w.eng.LeaseRelease(ctx, &engine.LeaseReleaseParams{ID: l.ID, Token: l.Token})
+		_, err := wk.w.eng.LeaseRelease(ctx, &engine.LeaseReleaseParams{ID: l.ID, Token: l.Token, Server: l.Server})
 		switch {
 		case err == nil:
 			wk.shard.add(cReleased, 1)
@@ -663,7 +687,7 @@ func (wk *worker) commit(ctx context.Context, cfg *Config, leases []engine.Lease
 	if cfg.BatchCommit && cfg.Fencing && !cfg.FenceInApp && cfg.AckLoss == 0 && len(leases) > 1 {
 		items := make([]engine.CommitItem, len(leases))
 		for i, l := range leases {
-			items[i] = engine.CommitItem{ID: l.ID, Token: l.Token, RequestID: reqID(l)}
+			items[i] = engine.CommitItem{ID: l.ID, Token: l.Token, Server: l.Server, RequestID: reqID(l)}
 		}
 		_, errs, err := wk.w.eng.LeaseCommitBatch(ctx, wk.name, items)
 		if err != nil && !unknownOutcome(err) {

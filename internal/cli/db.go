@@ -39,7 +39,9 @@ func (g *globals) dsnFrom() string {
 }
 
 // wantsEmbedded reports whether no server was named at all.
-func (g *globals) wantsEmbedded() bool { return g.dsn == "" && g.environmentServer() == "" }
+func (g *globals) wantsEmbedded() bool {
+	return g.dsn == "" && len(g.servers) == 0 && g.environmentServer() == ""
+}
 
 // database is an open connection to the pool's database, and the embedded
 // server behind it when pooltop started one.
@@ -80,6 +82,11 @@ type openOptions struct {
 	// partitions: with migrate, create the pool hash-partitioned on id in
 	// this many partitions (0: a plain table).
 	partitions int
+	// wholePool: the command adds ids (seed, the producer of the demo and
+	// work), which on a pool over several servers must be placed by the
+	// hash over all of them, or answers for the whole pool (verify): one
+	// server of such a pool alone is refused.
+	wholePool bool
 	// direct: the command needs PostgreSQL itself, not a pooler (VACUUM,
 	// pgbench, a server restart), and says so through one.
 	direct string
@@ -146,6 +153,16 @@ func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 	d.eng = engine.New(pool)
 	if err := d.eng.CheckSchema(ctx, o.write && !g.allowWrites); err != nil {
 		return nil, err
+	}
+	if o.wholePool || o.load {
+		mark, err := d.eng.ReadMark(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if mark.Servers > 1 {
+			return nil, usageError{fmt.Errorf("%s is server %s of pool %s, which spans %d servers; %s runs on the whole pool: give every server's --dsn (migrate, seed, verify and lease take several)",
+				serverAddr(d.dsn), mark.Name, mark.Pool, mark.Servers, strings.TrimPrefix(o.appName, "pooltop-"))}
+		}
 	}
 	if d.embedded != nil && o.seedEmbedded > 0 {
 		if _, err := d.eng.Seed(ctx, o.seedEmbedded); err != nil {

@@ -64,6 +64,9 @@ type options interface {
 func (g *globals) command(o options, c *cobra.Command) *cobra.Command {
 	o.addFlags(c, g)
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := g.settleDSNs(cmd); err != nil {
+			return err
+		}
 		if err := o.validate(g); err != nil {
 			return err
 		}
@@ -84,12 +87,16 @@ func (g *globals) allowWritesFlag(c *cobra.Command, help string) {
 
 // globals are the flags every command shares.
 type globals struct {
-	dsn         string
-	schema      string
-	jsonOut     bool
-	allowWrites bool
-	stdout      io.Writer
-	stderr      io.Writer
+	dsn string // the one server named (--dsn once), else ""
+	// dsns are the --dsn flags and the lines of --dsn-file as given;
+	// servers are they when there are several: a pool over several servers.
+	dsns, servers []string
+	dsnFile       string
+	schema        string
+	jsonOut       bool
+	allowWrites   bool
+	stdout        io.Writer
+	stderr        io.Writer
 }
 
 // redact removes the password of the DSN in use from any text we print.
@@ -97,6 +104,9 @@ func (g *globals) redact(s string) string {
 	s = engine.RedactDSN(s)
 	for _, p := range []string{passwordOf(g.resolvedDSN()), os.Getenv("PGPASSWORD")} {
 		s = engine.Redact(s, p)
+	}
+	for _, d := range g.dsns {
+		s = engine.Redact(s, passwordOf(d))
 	}
 	return s
 }
@@ -177,7 +187,8 @@ psql.
 		return usageError{fmt.Errorf("%w: see '%s --help'", err, cmd.CommandPath())}
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.dsn, "dsn", "", "PostgreSQL URL or key=value string; watch, verify, doctor, migrate, seed and lease default to $DATABASE_URL, then the PG* variables; the demo, bench and chaos never read those: without --dsn they start an embedded server (work needs --dsn)")
+	pf.StringArrayVar(&g.dsns, "dsn", nil, "PostgreSQL URL or key=value string; watch, verify, doctor, migrate, seed and lease default to $DATABASE_URL, then the PG* variables; the demo, bench and chaos never read those: without --dsn they start an embedded server (work needs --dsn); give it once per server for a pool over several servers (migrate, seed, verify, lease)")
+	pf.StringVar(&g.dsnFile, "dsn-file", "", "a file of DSNs, one per line (# starts a comment): the servers of a pool over several, as --dsn given once for each")
 	pf.StringVar(&g.schema, "schema", "public", "schema that holds the pool")
 	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g), newBenchCmd(g), newChaosCmd(g), newVerifyCmd(g), newWatchCmd(g), newDoctorCmd(g), newWorkCmd(g), newReplayCmd(g), newAlertsCmd(g))
 	for _, c := range root.Commands() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,7 +33,7 @@ type workOptions struct {
 }
 
 func newWorkCmd(g *globals) *cobra.Command {
-	return g.command(&workOptions{}, &cobra.Command{
+	return onServers(g.command(&workOptions{}, &cobra.Command{
 		Use:   "work --dsn URL",
 		Short: "Run workers as a process of their own, one of a fleet on one pool",
 		Long: `Run a scenario's workers (and, unless --no-reaper, a reaper) against the pool
@@ -46,8 +47,14 @@ leases stay PENDING until a reaper brings them back, and watch shows it
 as gone once it misses three heartbeats.
 
 work generates load and consumes ids: it needs --dsn (never the
-environment) and a pool pooltop created there, unless --allow-writes.`,
-	})
+environment) and a pool pooltop created there, unless --allow-writes.
+
+Given --dsn once per server of a pool over several (or --dsn-file), the
+workers claim on a server drawn at random and go round the others when it
+is empty or does not answer; each lease's renew and commit go to its
+server; the reaper reaps every server; the process registers on each. A
+server down at the start is tried again until it answers.`,
+	}))
 }
 
 func (o *workOptions) addFlags(c *cobra.Command, g *globals) {
@@ -73,7 +80,10 @@ func (o *workOptions) addFlags(c *cobra.Command, g *globals) {
 }
 
 func (o *workOptions) validate(g *globals) error {
-	if g.dsn == "" {
+	if len(g.servers) > 0 && o.history != "" {
+		return usageError{errors.New("--history records one server's operations: on a pool over several servers, leave it out")}
+	}
+	if g.dsn == "" && len(g.servers) == 0 {
 		return usageError{errors.New("--dsn is required: pooltop work joins a fleet on a shared database, and a command that generates load never takes its server from DATABASE_URL or PG*")}
 	}
 	if o.name == "" || len(o.name) > 200 {
@@ -134,31 +144,62 @@ type workSummary struct {
 }
 
 func (o *workOptions) run(ctx context.Context, g *globals) error {
-	d, err := g.open(ctx, openOptions{appName: "pooltop-work", maxConns: int32(o.maxConns), write: true, migrate: true, load: true})
-	if err != nil {
-		return err
+	var eng workload.Engine
+	var fleet []*engine.Engine // where the process registers: every server
+	var where string
+	if len(g.servers) > 0 {
+		d, err := g.openServers(ctx, "pooltop-work", int32(o.maxConns), true)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		eng = d.s
+		var addrs []string
+		for _, m := range d.s.Members() {
+			fleet, addrs = append(fleet, m.Eng), append(addrs, m.Addr)
+		}
+		where = fmt.Sprintf("%d servers (%s)", len(addrs), strings.Join(addrs, ", "))
+	} else {
+		d, err := g.open(ctx, openOptions{appName: "pooltop-work", maxConns: int32(o.maxConns), write: true, migrate: true, load: true})
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		eng, fleet, where = d.eng, []*engine.Engine{d.eng}, g.redact(d.dsn)
+		if o.history != "" {
+			// Written as each operation happens, unbuffered: a process killed
+			// in the middle of a commit leaves the call behind.
+			f, err := os.OpenFile(o.history, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+			if err != nil {
+				return fmt.Errorf("--history: %w", err)
+			}
+			defer f.Close()
+			d.eng.Record(engine.NewHistory(f))
+		}
 	}
-	defer d.Close()
-	wl, err := workload.New(d.eng, o.cfg)
+	wl, err := workload.New(eng, o.cfg)
 	if err != nil {
 		return usageError{err}
 	}
-	if o.history != "" {
-		// Written as each operation happens, unbuffered: a process killed
-		// in the middle of a commit leaves the call behind.
-		f, err := os.OpenFile(o.history, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-		if err != nil {
-			return fmt.Errorf("--history: %w", err)
-		}
-		defer f.Close()
-		d.eng.Record(engine.NewHistory(f))
-	}
 	host, _ := os.Hostname()
 	p := engine.Process{Name: o.name, Host: host, PID: os.Getpid(), RunID: wl.RunID(), Workers: o.cfg.Workers, Heartbeat: o.heartbeat}
-	if err := d.eng.Register(ctx, p); err != nil {
-		return err
+	// On a pool over several servers the process registers on each, so that
+	// watch on any one of them shows the fleet; a server that does not
+	// answer is left out of the registry until its heartbeat reaches it.
+	registered := 0
+	for _, e := range fleet {
+		err := e.Register(ctx, p)
+		if errors.Is(err, engine.ErrNameTaken) || err != nil && len(fleet) == 1 {
+			return err
+		}
+		if err == nil {
+			registered++
+		}
 	}
-	fmt.Fprintf(g.stderr, "work: %s: %d workers (%s) on %s; SIGTERM drains\n", o.name, o.cfg.Workers, o.scenario, g.redact(d.dsn))
+	if registered == 0 {
+		return fmt.Errorf("work: no server of the pool answered to register the process")
+	}
+	fmt.Fprintf(g.stderr, "work: %s: %d workers (%s) on %s; SIGTERM drains\n", o.name, o.cfg.Workers, o.scenario, where)
 	start := time.Now()
 	runCtx := ctx
 	if o.duration > 0 {
@@ -185,7 +226,12 @@ func (o *workOptions) run(ctx context.Context, g *globals) error {
 			// A heartbeat that fails (the server restarts, the network is
 			// cut) is said once and retried at the next beat; the workers
 			// reconnect through their pool on their own.
-			err := d.eng.Heartbeat(runCtx, p)
+			var err error
+			for _, e := range fleet {
+				if herr := e.Heartbeat(runCtx, p); herr != nil && err == nil {
+					err = herr
+				}
+			}
 			switch {
 			case err != nil && runCtx.Err() == nil && !failing:
 				fmt.Fprintf(g.stderr, "work: %s: heartbeat failed, retrying: %s\n", o.name, g.redact(err.Error()))
@@ -201,8 +247,10 @@ func (o *workOptions) run(ctx context.Context, g *globals) error {
 	fill(&p)
 	end, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := d.eng.Deregister(end, p); err != nil {
-		fmt.Fprintf(g.stderr, "work: %s: could not mark the process stopped: %s\n", o.name, g.redact(err.Error()))
+	for _, e := range fleet {
+		if err := e.Deregister(end, p); err != nil {
+			fmt.Fprintf(g.stderr, "work: %s: could not mark the process stopped: %s\n", o.name, g.redact(err.Error()))
+		}
 	}
 	s := wl.Snapshot()
 	var errs int64

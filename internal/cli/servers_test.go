@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgembed"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+)
+
+// emptyDB creates a database of its own on the test server and returns its URL.
+func emptyDB(t *testing.T) string {
+	t.Helper()
+	name := pgtest.UniqueName("srv_")
+	if err := pgtest.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create a database for the test (the test role needs CREATEDB): %v", err)
+	}
+	pgtest.DropAtCleanup(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '"+name+"'",
+		"DROP DATABASE IF EXISTS "+name)
+	u, err := url.Parse(pgtest.DSN())
+	if err != nil || u.Scheme == "" {
+		t.Fatalf("the test DSN must be a URL here: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// TestCommandsOnAPoolOverSeveralServers sets up a pool over two databases
+// (each standing for a server), seeds it, claims and commits by hand,
+// verifies it, adds a third server, and checks that every list that is not
+// the pool's is refused with one line before anything is written.
+func TestCommandsOnAPoolOverSeveralServers(t *testing.T) {
+	t.Parallel()
+	a, b, c := emptyDB(t), emptyDB(t), emptyDB(t)
+	two := []string{"--dsn", a, "--dsn", b}
+
+	m := decode[map[string]any](t, pooltop(t, append([]string{"migrate", "--json"}, two...)...).must(t).stdout)
+	servers := m["servers"].([]any)
+	if len(servers) != 2 || servers[0].(map[string]any)["server"] != "s1" || servers[1].(map[string]any)["server"] != "s2" {
+		t.Fatalf("migrate over two servers: %v", m)
+	}
+	seeded := decode[map[string]any](t, pooltop(t, append([]string{"seed", "--count", "1000", "--json"}, two...)...).must(t).stdout)
+	per := seeded["servers"].(map[string]any)
+	if seeded["inserted"].(float64) != 1000 || per["s1"].(float64) < 300 || per["s2"].(float64) < 300 {
+		t.Fatalf("seed over two servers: %v", seeded)
+	}
+
+	ls := decode[[]engine.Lease](t, pooltop(t, append([]string{"lease", "acquire", "--holder", "h", "--ttl", "1m", "--n", "3", "--json"}, two...)...).must(t).stdout)
+	if len(ls) == 0 || ls[0].Server == "" {
+		t.Fatalf("lease acquire names no server: %+v", ls)
+	}
+	l := ls[0]
+	id, tok := itoa(l.ID), itoa(l.Token)
+	if r := pooltop(t, append([]string{"lease", "commit", "--id", id, "--token", tok, "--request-id", "r1"}, two...)...); r.code != exitUsage || !strings.Contains(r.stderr, "--server is required") {
+		t.Fatalf("commit without --server: exit %d, %s", r.code, r.stderr)
+	}
+	pooltop(t, append([]string{"lease", "commit", "--server", l.Server, "--id", id, "--token", tok, "--request-id", "r1"}, two...)...).must(t)
+	if r := pooltop(t, append([]string{"lease", "commit", "--server", l.Server, "--id", id, "--token", tok, "--request-id", "r2"}, two...)...); r.code != exitLeaseLost {
+		t.Fatalf("a second commit of one lease: exit %d, %s", r.code, r.stderr)
+	}
+	v := decode[map[string]any](t, pooltop(t, append([]string{"verify", "--json"}, two...)...).must(t).stdout)
+	if v["total"].(float64) != 1000 || v["consumed"].(float64) != 1 || len(v["servers"].([]any)) != 2 {
+		t.Fatalf("verify over two servers: %v", v)
+	}
+
+	// A list that is not the pool's changes nothing.
+	single := emptyDB(t)
+	pooltop(t, "migrate", "--dsn", single).must(t)
+	for name, args := range map[string][]string{
+		"a server left out":           {"verify", "--dsn", a},
+		"one server left out":         {"seed", "--count", "5", "--dsn", a, "--dsn", c},
+		"a server of another pool":    {"verify", "--dsn", a, "--dsn", b, "--dsn", single},
+		"a server given twice":        {"verify", "--dsn", a, "--dsn", a},
+		"a command of one server":     {"watch", "--headless", "--count", "1", "--dsn", a, "--dsn", b},
+		"migrate leaving one out":     {"migrate", "--dsn", a, "--dsn", c},
+		"one server seeded by itself": {"seed", "--count", "5", "--dsn", b},
+	} {
+		r := pooltop(t, args...)
+		if r.code == 0 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || r.stderr == "" {
+			t.Errorf("%s: exit %d, stderr %q: want a non-zero exit and one line", name, r.code, r.stderr)
+		}
+	}
+
+	// A third server joins: the others keep their names, new ids go to all three.
+	file := filepath.Join(t.TempDir(), "servers")
+	if err := os.WriteFile(file, []byte("# the pool\n"+c+"\n"+a+"\n"+b+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m = decode[map[string]any](t, pooltop(t, "migrate", "--json", "--dsn-file", file).must(t).stdout)
+	if s := m["servers"].([]any)[0].(map[string]any); s["server"] != "s3" || s["joined"] != true || s["servers"].(float64) != 3 {
+		t.Fatalf("a third server joins: %v", m)
+	}
+	seeded = decode[map[string]any](t, pooltop(t, "seed", "--count", "900", "--json", "--dsn-file", file).must(t).stdout)
+	if per := seeded["servers"].(map[string]any); per["s3"].(float64) < 200 || per["s1"].(float64) < 200 {
+		t.Fatalf("seed over three servers: %v", seeded)
+	}
+	v = decode[map[string]any](t, pooltop(t, "verify", "--json", "--dsn-file", file).must(t).stdout)
+	if v["total"].(float64) != 1900 || len(v["violations"].([]any)) != 0 {
+		t.Fatalf("verify over three servers: %v", v)
+	}
+	if r := pooltop(t, "verify", "--dsn", a, "--dsn", b); r.code != exitUsage || !strings.Contains(r.stderr, "s3 missing") {
+		t.Fatalf("verify without the third server: exit %d, %s", r.code, r.stderr)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestWorkGoesOnWhileAServerIsStoppedHard runs `pooltop work` over two real
+// servers and stops one with an immediate shutdown mid-run: claims go on at
+// the other, the stopped one takes claims again once it is back, its
+// leases are reclaimed by the process's reaper, and verify over both finds
+// no double finalization, no id lost and no lease left past a short grace.
+func TestWorkGoesOnWhileAServerIsStoppedHard(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := pgembed.Start(ctx, pgembed.Options{})
+	if err != nil {
+		t.Fatalf("start a second server: %v", err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	a, b := emptyDB(t), srv.DSN()
+	pooltop(t, "migrate", "--dsn", a, "--dsn", b).must(t)
+	pooltop(t, "seed", "--count", "20000", "--dsn", a, "--dsn", b).must(t)
+	consumed := func(dsn string) int64 {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return -1
+		}
+		defer conn.Close(ctx)
+		var n int64
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM resource_pool WHERE status = 'CONSUMED'").Scan(&n); err != nil {
+			return -1
+		}
+		return n
+	}
+	done := make(chan result, 1)
+	go func() {
+		done <- pooltop(t, "work", "--dsn", a, "--dsn", b, "--duration", "15s", "--workers", "4", "--ttl", "1s",
+			"--scenario", "crash-with-lease", "--name", "w", "--json")
+	}()
+	pgtest.Eventually(t, "commits on the second server", 30*time.Second, func() bool { return consumed(b) > 50 })
+	if err := srv.Halt(); err != nil {
+		t.Fatal(err)
+	}
+	onA := consumed(a)
+	pgtest.Eventually(t, "commits going on at the first server", 30*time.Second, func() bool { return consumed(a) > onA+200 })
+	if err := srv.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	onB := consumed(b)
+	pgtest.Eventually(t, "commits on the second server again", 30*time.Second, func() bool { return consumed(b) > onB+50 })
+	r := <-done
+	if r.code != 0 {
+		t.Fatalf("work over two servers, one stopped hard: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	v := decode[map[string]any](t, pooltop(t, "verify", "--json", "--grace", "3s", "--dsn", a, "--dsn", b).stdout)
+	if len(v["violations"].([]any)) != 0 || v["total"].(float64) != 20000 || v["double_finalizations"].(float64) != 0 {
+		t.Fatalf("verify after the stop: %v", v)
+	}
+}
