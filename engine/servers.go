@@ -580,6 +580,16 @@ func mix(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
+// CountStatus counts the pool's rows in status st: a scan of the pool, for
+// campaigns and tests, not for a dashboard.
+func (e *Engine) CountStatus(ctx context.Context, st Status) (int64, error) {
+	var n int64
+	if err := e.db.QueryRow(ctx, `SELECT count(*) FROM resource_pool WHERE status = $1`, st).Scan(&n); err != nil {
+		return 0, dbError("count "+st, err)
+	}
+	return n, nil
+}
+
 // Identifier is the identifier a seed gives id n, as Seed does on one server.
 func Identifier(n int64) string { return fmt.Sprintf("res-%010d", n) }
 

@@ -34,6 +34,8 @@ type chaosOptions struct {
 	faults   string
 	procs    int
 	every    time.Duration
+	// servers: a pool over this many throwaway servers, one stopped hard mid-run.
+	servers int
 	// partitions: the pool hash-partitioned on id in this many partitions.
 	partitions int
 	// changed reports whether a flag was given: only those override the
@@ -83,6 +85,7 @@ func (o *chaosOptions) addFlags(c *cobra.Command, g *globals) {
 	f.StringVar(&o.faults, "faults", "", "real faults instead of the scenario's simulated ones: kill,terminate,restart,lost-ack,partition,pause (worker processes killed with SIGKILL, their sessions terminated, PostgreSQL restarted by an immediate shutdown, the connection cut around a commit, the network stalled longer than a lease, a process frozen with SIGSTOP past its leases and resumed); on the throwaway server only")
 	f.IntVar(&o.procs, "processes", 4, "with --faults: pooltop work processes in the fleet")
 	f.DurationVar(&o.every, "fault-every", 2*time.Second, "with --faults: mean time between faults")
+	f.IntVar(&o.servers, "servers", 0, "run the scenario on a pool over this many throwaway servers (2..8) and stop one hard (an immediate shutdown) from a third of the run to two thirds: claims must go on at the others, its leases come back after it does, and the audit of every server must hold")
 	partitionsFlag(c, &o.partitions)
 	o.changed = f.Changed
 	g.loadFlags(c, "print the summary as JSON")
@@ -115,6 +118,18 @@ func (o *chaosOptions) validate(g *globals) error {
 	}
 	if err := checkPartitionsFlag(o.partitions); err != nil {
 		return err
+	}
+	if o.changed("servers") {
+		switch {
+		case o.servers < 2 || o.servers > 8:
+			return usageError{fmt.Errorf("--servers %d: between 2 and 8", o.servers)}
+		case g.dsn != "":
+			return usageError{errors.New("--servers stops a server hard: it runs only on throwaway servers it starts itself; drop --dsn")}
+		case o.faults != "":
+			return usageError{errors.New("--servers stops a server; --faults injects other faults on one server: give one or the other")}
+		case o.duration < 3*time.Second:
+			return usageError{fmt.Errorf("--duration %v: with --servers at least 3s (a server is down for the middle third)", o.duration)}
+		}
 	}
 	if o.faults != "" {
 		kind, err := workload.ParseFaults(o.faults)
@@ -159,6 +174,9 @@ func (o *chaosOptions) validate(g *globals) error {
 func (o *chaosOptions) run(ctx context.Context, g *globals) error {
 	if o.kind != nil {
 		return o.runFaults(ctx, g)
+	}
+	if o.servers > 0 {
+		return o.runServers(ctx, g)
 	}
 	d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 16, write: true, migrate: true, load: true, partitions: o.partitions,
 		direct: "it empties the pool with VACUUM between runs, which needs the server"})

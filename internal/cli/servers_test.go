@@ -15,6 +15,7 @@ import (
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgembed"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
+	"github.com/pooltop-dev/pooltop/workload"
 )
 
 // emptyDB creates a database of its own on the test server and returns its URL.
@@ -166,5 +167,23 @@ func TestWorkGoesOnWhileAServerIsStoppedHard(t *testing.T) {
 	v := decode[map[string]any](t, pooltop(t, "verify", "--json", "--grace", "3s", "--dsn", a, "--dsn", b).stdout)
 	if len(v["violations"].([]any)) != 0 || v["total"].(float64) != 20000 || v["double_finalizations"].(float64) != 0 {
 		t.Fatalf("verify after the stop: %v", v)
+	}
+}
+
+// TestChaosStopsAServerHard runs chaos over three throwaway servers with
+// one stopped by an immediate shutdown for the middle of the run.
+func TestChaosStopsAServerHard(t *testing.T) {
+	t.Parallel()
+	r := pooltop(t, "chaos", "--servers", "3", "--scenario", "crash-with-lease", "--duration", "6s", "--pool-size", "30000", "--json")
+	if r.code != 0 {
+		t.Fatalf("chaos --servers 3: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	s := decode[workload.ServerStopSummary](t, r.stdout)
+	if len(s.Violations) != 0 || s.DoubleFinalizations != 0 || s.LostIDs != 0 || s.CommittedWhileDown == 0 ||
+		s.ReclaimedAfterS < 0 || s.Crashes == 0 || len(s.Servers) != 3 || s.Audit.Total != 30000 {
+		t.Fatalf("chaos over three servers, one stopped: %+v", s)
+	}
+	if r := pooltop(t, "chaos", "--servers", "1"); r.code != exitUsage || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+		t.Fatalf("chaos --servers 1: exit %d, %q", r.code, r.stderr)
 	}
 }
