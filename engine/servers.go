@@ -337,14 +337,20 @@ func Unreachable(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch pgErr.Code[:2] {
-		case "08", "57", "53": // connection, operator intervention (shutdown), insufficient resources
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "53"): // connection, insufficient resources
+			return true
+		case pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03": // shut down, crashed, starting up
 			return true
 		}
-		return false
+		return false // an answer: a timeout, a lock not available, a constraint
 	}
 	return true
 }
+
+// ErrNoServer: every server of the pool failed lately and waits out its
+// backoff; the call can be tried again.
+var ErrNoServer = errors.New("no server of the pool answers")
 
 // member returns the member named name, checking that it was reached: a
 // lease names the server it was claimed on.
@@ -426,10 +432,20 @@ func (s *Servers) LeaseAcquire(ctx context.Context, p *LeaseAcquireParams) ([]Le
 			lastErr = fmt.Errorf("%s: %w", m.Addr, err)
 		}
 	}
-	if empty > 0 || lastErr == nil {
+	switch {
+	case empty > 0:
 		return nil, ErrPoolEmpty
+	case lastErr != nil:
+		return nil, lastErr
 	}
-	return nil, lastErr
+	// Every server waits out a backoff: say so, with the latest reason.
+	why := errors.New("no reason kept")
+	for _, m := range s.members {
+		if err := m.Down(time.Now()); err != nil {
+			why = err
+		}
+	}
+	return nil, fmt.Errorf("%w: each failed lately and is tried again after a backoff (last: %w)", ErrNoServer, why)
 }
 
 func (s *Servers) acquireOn(ctx context.Context, m *Member, p *LeaseAcquireParams) ([]Lease, error) {

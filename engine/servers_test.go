@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgembed"
@@ -44,6 +45,25 @@ func TestPlanMarks(t *testing.T) {
 	} {
 		if _, err := engine.PlanMarks(have, addrs[:len(have)]); !errors.Is(err, engine.ErrServers) {
 			t.Errorf("%s: %v, want ErrServers", name, err)
+		}
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	for err, want := range map[error]bool{
+		&pgconn.PgError{Code: "57P01"}:                       true,  // admin shutdown
+		&pgconn.PgError{Code: "08006"}:                       true,  // connection failure
+		&pgconn.PgError{Code: "53300"}:                       true,  // too many connections
+		&pgconn.PgError{Code: "57014"}:                       false, // statement timeout: the server answered
+		&pgconn.PgError{Code: "55P03"}:                       false, // lock not available
+		engine.ErrPoolEmpty:                                  false,
+		fmt.Errorf("x: %w", engine.ErrStaleToken):            false,
+		errors.New("dial tcp 127.0.0.1:1: connect: refused"): true,
+		engine.ErrNoServer:                                   true,
+	} {
+		if got := engine.Unreachable(err); got != want {
+			t.Errorf("Unreachable(%v) = %v, want %v", err, got, want)
 		}
 	}
 }

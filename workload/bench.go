@@ -81,7 +81,7 @@ type BenchWindow struct {
 // BenchRun measures one mode at one worker count: a full acquire → commit
 // cycle with no simulated work and no faults, after a warm-up whose figures
 // are discarded.
-func BenchRun(ctx context.Context, eng *engine.Engine, m BenchMode, workers int, warmup, d time.Duration, w BenchWindow) (BenchResult, error) {
+func BenchRun(ctx context.Context, eng Engine, m BenchMode, workers int, warmup, d time.Duration, w BenchWindow) (BenchResult, error) {
 	cfg := Defaults()
 	cfg.Workers, cfg.Task, cfg.Strategy, cfg.Batch, cfg.BatchCommit = workers, 0, m.Strategy, m.Batch, m.Batched
 	cfg.TTL, cfg.Renew, cfg.Reaper = time.Minute, false, false

@@ -34,6 +34,8 @@ type benchOptions struct {
 	maxConns, batch     int
 	rtt                 time.Duration
 	partitions          int
+	servers             string // --servers: server counts to compare, each a pool over that many throwaway servers
+	serverCounts        []int
 
 	modes  []workload.BenchMode // --strategies, each batched one at --batch
 	counts []int                // --workers
@@ -91,6 +93,7 @@ func (o *benchOptions) addFlags(c *cobra.Command, g *globals) {
 	f.IntVar(&o.maxConns, "max-conns", 16, "connections the workers share: more workers queue in Go, not in PostgreSQL")
 	f.IntVar(&o.batch, "batch", 1000, "ids per claim and per commit in the batched mode")
 	f.DurationVar(&o.rtt, "rtt", 0, "simulated network round trip added to every exchange with the server (e.g. 1ms)")
+	f.StringVar(&o.servers, "servers", "", "compare pools over this many throwaway servers, side by side (e.g. 1,2,3): each server's CPU share beside the figures; no pgbench twins")
 	partitionsFlag(c, &o.partitions)
 	g.loadFlags(c, "print JSON")
 }
@@ -139,10 +142,26 @@ func (o *benchOptions) validate(g *globals) error {
 			o.modes[i].Batch = o.batch
 		}
 	}
+	o.serverCounts = nil
+	if o.servers != "" {
+		if g.dsn != "" {
+			return usageError{errors.New("--servers starts its own throwaway servers: drop --dsn")}
+		}
+		for _, s := range strings.Split(o.servers, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 1 || n > 8 {
+				return usageError{fmt.Errorf("--servers %q: a list of server counts between 1 and 8 (e.g. 1,2,3)", s)}
+			}
+			o.serverCounts = append(o.serverCounts, n)
+		}
+	}
 	return nil
 }
 
 func (o *benchOptions) run(ctx context.Context, g *globals) error {
+	if len(o.serverCounts) > 0 {
+		return o.runServers(ctx, g)
+	}
 	maxConns := int32(min(slices.Max(o.counts), o.maxConns))
 	d, err := g.open(ctx, openOptions{appName: "pooltop-bench", maxConns: maxConns, write: true, migrate: true, load: true, rtt: o.rtt, partitions: o.partitions,
 		direct:   "it empties the pool with VACUUM and measures pgbench beside pooltop, which need the server",

@@ -187,3 +187,33 @@ func TestChaosStopsAServerHard(t *testing.T) {
 		t.Fatalf("chaos --servers 1: exit %d, %q", r.code, r.stderr)
 	}
 }
+
+// TestBenchOverServers compares pools over one and two throwaway servers.
+func TestBenchOverServers(t *testing.T) {
+	t.Parallel()
+	r := pooltop(t, "bench", "--servers", "1,2", "--strategies", "skip-locked", "--workers", "4", "--duration", "1s", "--warmup", "300ms", "--pool-size", "5000", "--json")
+	if r.code != 0 {
+		t.Fatalf("bench --servers 1,2: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	rows := decode[[]serversBenchRow](t, r.stdout)
+	if len(rows) != 2 {
+		t.Fatalf("bench --servers 1,2: %d rows, want 2: %s", len(rows), r.stdout)
+	}
+	for i, row := range rows {
+		sum := 0.0
+		for _, s := range row.Share {
+			sum += s
+		}
+		if row.Servers != i+1 || len(row.ServerCPU) != i+1 || len(row.Share) != i+1 || row.CyclesPerS <= 0 || sum < 0.99 || sum > 1.01 {
+			t.Fatalf("row %d: %+v", i, row)
+		}
+		for _, c := range row.ServerCPU {
+			if c <= 0 {
+				t.Fatalf("row %d: a server with no CPU in the window: %+v", i, row)
+			}
+		}
+	}
+	if r := pooltop(t, "bench", "--servers", "0"); r.code != exitUsage {
+		t.Fatalf("bench --servers 0: exit %d, %q", r.code, r.stderr)
+	}
+}

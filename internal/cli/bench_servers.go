@@ -1,0 +1,230 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgembed"
+	"github.com/pooltop-dev/pooltop/internal/servercost"
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+// serversBenchRow is one row of bench --servers: a strategy at a worker
+// count on a pool over Servers servers, with each server's share.
+type serversBenchRow struct {
+	Servers int `json:"servers"`
+	workload.BenchResult
+	// ServerCPU is each server's CPU (all its processes) over the window,
+	// in cores: 1.0 is one core busy for the whole window.
+	ServerCPU []float64 `json:"server_cpu_cores"`
+	// ClientCPU is pooltop's own CPU over the window, in cores.
+	ClientCPU float64 `json:"client_cpu_cores"`
+	// Share is each server's part of the ids claimed in the window.
+	Share []float64 `json:"claim_share"`
+}
+
+// runServers measures each strategy at each worker count on pools over
+// each number of servers in --servers, every pool on servers of its own.
+func (o *benchOptions) runServers(ctx context.Context, g *globals) error {
+	var rows []serversBenchRow
+	for _, n := range o.serverCounts {
+		r, err := o.measureServers(ctx, g, n)
+		rows = append(rows, r...)
+		if err != nil {
+			return err
+		}
+	}
+	if err := g.emit(rows, func(w io.Writer) error { return printServersBench(w, rows) }); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if r.Invalid != "" {
+			return fmt.Errorf("no figure for %s at %d workers on %d servers: %s", r.Strategy, r.Workers, r.Servers, r.Invalid)
+		}
+	}
+	return nil
+}
+
+func (o *benchOptions) measureServers(ctx context.Context, g *globals, n int) ([]serversBenchRow, error) {
+	srvs, err := startServers(ctx, g, n, o.partitions, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, s := range srvs {
+			_ = s.Stop()
+		}
+	}()
+	maxConns := int32(min(slices.Max(o.counts), o.maxConns))
+	var targets []engine.Target
+	marks := make([]engine.ServerMark, n)
+	var addrs []string
+	var samplers []*servercost.Sampler
+	for _, s := range srvs {
+		pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: s.DSN(), From: "--servers", Schema: g.schema, AppName: "pooltop-bench", MaxConns: maxConns, RTT: o.rtt})
+		if err != nil {
+			return nil, err
+		}
+		defer pool.Close()
+		sm, err := servercost.Open(ctx, s.DSN(), false)
+		if err != nil {
+			return nil, err
+		}
+		defer sm.Close()
+		addr := fmt.Sprintf("127.0.0.1:%d", s.Port())
+		targets, addrs, samplers = append(targets, engine.Target{Addr: addr, Eng: engine.New(pool)}), append(addrs, addr), append(samplers, sm)
+	}
+	if marks, err = engine.PlanMarks(marks, addrs); err != nil {
+		return nil, err
+	}
+	for i, t := range targets {
+		if err := t.Eng.WriteMark(ctx, marks[i]); err != nil {
+			return nil, err
+		}
+	}
+	servers, err := engine.OpenServers(ctx, targets)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := servers.Seed(ctx, o.poolSize); err != nil {
+		return nil, err
+	}
+	var rows []serversBenchRow
+	for _, workers := range o.counts {
+		for _, m := range o.modes {
+			row, err := o.serversRun(ctx, servers, srvs, samplers, m, workers)
+			if err != nil {
+				return rows, err
+			}
+			row.Servers = n
+			if row.Invalid != "" {
+				fmt.Fprintf(g.stderr, "bench: %d server(s) %-12s %3d workers  invalid: %s\n", n, m.Name, workers, row.Invalid)
+			} else {
+				fmt.Fprintf(g.stderr, "bench: %d server(s) %-12s %3d workers  %9.0f cycles/s  server CPU %s cores\n",
+					n, m.Name, workers, row.CyclesPerS, cores(row.ServerCPU))
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows, nil
+}
+
+// serversRun is one run: the pool topped up after the warm-up so that the
+// window cannot empty it, each server's CPU and claims read at the edges.
+func (o *benchOptions) serversRun(ctx context.Context, s *engine.Servers, srvs []*pgembed.Server, samplers []*servercost.Sampler,
+	m workload.BenchMode, workers int) (serversBenchRow, error) {
+	row := serversBenchRow{}
+	// Every run starts with at least --pool-size free ids, as a fresh pool
+	// would: the runs before it consumed some.
+	var free int64
+	for _, m := range s.Members() {
+		n, err := m.Eng.CountStatus(ctx, engine.StatusUnused)
+		if err != nil {
+			return row, err
+		}
+		free += n
+	}
+	if short := int64(o.poolSize) - free; short > 0 {
+		if _, err := s.Refill(ctx, int(short)); err != nil {
+			return row, err
+		}
+	}
+	before := make([]servercost.Sample, len(samplers))
+	var claimed0 []int64
+	var t0 time.Time
+	var self0 time.Duration
+	w := workload.BenchWindow{
+		AfterWarmup: func(ctx context.Context, rate float64, dry bool) error {
+			need := int(rate*(o.duration.Seconds()+1)*1.5) + 10_000
+			if dry {
+				need = max(need, 4*o.poolSize)
+			}
+			_, err := s.Refill(ctx, min(need, engine.MaxSeed))
+			return err
+		},
+		Begin: func(ctx context.Context) error {
+			for i, sm := range samplers {
+				x, err := sm.Take(ctx)
+				if err != nil {
+					return err
+				}
+				before[i] = x
+			}
+			claimed0 = claimedOn(ctx, s)
+			t0, self0 = time.Now(), servercost.SelfCPU()
+			return nil
+		},
+		End: func(ctx context.Context) error {
+			el := time.Since(t0).Seconds()
+			row.ClientCPU = (servercost.SelfCPU() - self0).Seconds() / el
+			for i, sm := range samplers {
+				x, err := sm.Take(ctx)
+				if err != nil {
+					return err
+				}
+				row.ServerCPU = append(row.ServerCPU, (x.ServerCPU-before[i].ServerCPU).Seconds()/el)
+			}
+			claimed1 := claimedOn(ctx, s)
+			var total int64
+			for i := range claimed1 {
+				total += claimed1[i] - claimed0[i]
+			}
+			for i := range claimed1 {
+				row.Share = append(row.Share, float64(claimed1[i]-claimed0[i])/float64(max(total, 1)))
+			}
+			return nil
+		},
+	}
+	r, err := workload.BenchRun(ctx, s, m, workers, o.warmup, o.duration, w)
+	if err == nil && r.EmptyPool > 0 {
+		r.Invalid = fmt.Sprintf("the pool ran dry %d times in the window: run again with a larger --pool-size", r.EmptyPool)
+	}
+	row.BenchResult = r
+	return row, err
+}
+
+// claimedOn reads how many ids each server has handed out (not UNUSED): a
+// window's difference is the ids it claimed there.
+func claimedOn(ctx context.Context, s *engine.Servers) []int64 {
+	var out []int64
+	for _, m := range s.Members() {
+		var n int64
+		p, _ := m.Eng.CountStatus(ctx, engine.StatusPending)
+		c, _ := m.Eng.CountStatus(ctx, engine.StatusConsumed)
+		n = p + c
+		out = append(out, n)
+	}
+	return out
+}
+
+func cores(v []float64) string {
+	var parts []string
+	for _, c := range v {
+		parts = append(parts, fmt.Sprintf("%.2f", c))
+	}
+	return strings.Join(parts, " + ")
+}
+
+func printServersBench(w io.Writer, rows []serversBenchRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVERS\tSTRATEGY\tWORKERS\tCYCLES/S\tPER SERVER\tP50 MS\tP99 MS\tSERVER CPU (CORES)\tPOOLTOP CPU\tCLAIM SHARE\tERRORS")
+	for _, r := range rows {
+		if r.Invalid != "" {
+			fmt.Fprintf(tw, "%d\t%s\t%d\tinvalid: %s\n", r.Servers, r.Strategy, r.Workers, r.Invalid)
+			continue
+		}
+		var share []string
+		for _, s := range r.Share {
+			share = append(share, fmt.Sprintf("%.0f%%", 100*s))
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%.0f\t%.0f\t%.2f\t%.2f\t%s\t%.2f\t%s\t%d\n", r.Servers, r.Strategy, r.Workers, r.CyclesPerS,
+			r.CyclesPerS/float64(r.Servers), r.P50MS, r.P99MS, cores(r.ServerCPU), r.ClientCPU, strings.Join(share, " "), r.Errors)
+	}
+	return tw.Flush()
+}
