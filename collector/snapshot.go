@@ -124,7 +124,9 @@ type XminHolder struct {
 
 // Alert is one alert rule's state.
 type Alert struct {
-	Name    string    `json:"name"`
+	Name string `json:"name"`
+	// Server names the server the alert is about, in a watch over several.
+	Server  string    `json:"server,omitempty"`
 	Active  bool      `json:"active"`
 	Since   time.Time `json:"since,omitempty"`
 	Message string    `json:"message"`
@@ -208,4 +210,8 @@ type Snapshot struct {
 	PollMS   float64            `json:"poll_ms"`
 	// Limits says what this role cannot see (no pg_monitor, missing index…).
 	Limits []string `json:"limits,omitempty"`
+
+	// Servers are the servers' own snapshots, in a watch over several
+	// (the figures above are then their sums); absent otherwise.
+	Servers []ServerView `json:"servers,omitempty"`
 }

@@ -65,7 +65,7 @@ func (g *globals) settleDSNs(cmd *cobra.Command) error {
 			return nil
 		}
 	}
-	return usageError{fmt.Errorf("%s takes one server; %d were given: a pool over several servers is set up and worked with migrate, seed, verify and lease (watch one server at a time with one --dsn)",
+	return usageError{fmt.Errorf("%s takes one server; %d were given: a pool over several servers is set up and worked with migrate, seed, verify, lease, work and watch --headless",
 		cmd.CommandPath(), len(dsns))}
 }
 

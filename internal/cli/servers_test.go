@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgembed"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
@@ -73,6 +74,17 @@ func TestCommandsOnAPoolOverSeveralServers(t *testing.T) {
 		t.Fatalf("verify over two servers: %v", v)
 	}
 
+	// watch over both and a server that is down: a row each, the down one shown as such.
+	down := "postgres://nobody:pw@127.0.0.1:1/none"
+	w := decode[collector.Snapshot](t, pooltop(t, "watch", "--headless", "--json", "--count", "1", "--dsn", a, "--dsn", b, "--dsn", down).must(t).stdout)
+	if len(w.Servers) != 3 || !w.Servers[0].Reachable || w.Servers[0].Server != "s1" || w.Servers[2].Reachable ||
+		w.Pool.Consumed != 1 || w.Pool.Unused+w.Pool.Pending != 999 || len(w.Alerts) == 0 || w.Alerts[0].Name != "server_unreachable" {
+		t.Fatalf("watch over two servers and one down: %+v", w)
+	}
+	if strings.Contains(pooltop(t, "watch", "--headless", "--count", "1", "--dsn", a, "--dsn", down).stdout, ":pw@") {
+		t.Fatal("watch printed a password")
+	}
+
 	// A list that is not the pool's changes nothing.
 	single := emptyDB(t)
 	pooltop(t, "migrate", "--dsn", single).must(t)
@@ -81,7 +93,8 @@ func TestCommandsOnAPoolOverSeveralServers(t *testing.T) {
 		"one server left out":         {"seed", "--count", "5", "--dsn", a, "--dsn", c},
 		"a server of another pool":    {"verify", "--dsn", a, "--dsn", b, "--dsn", single},
 		"a server given twice":        {"verify", "--dsn", a, "--dsn", a},
-		"a command of one server":     {"watch", "--headless", "--count", "1", "--dsn", a, "--dsn", b},
+		"a command of one server":     {"doctor", "--dsn", a, "--dsn", b},
+		"the dashboard over two":      {"watch", "--dsn", a, "--dsn", b},
 		"migrate leaving one out":     {"migrate", "--dsn", a, "--dsn", c},
 		"one server seeded by itself": {"seed", "--count", "5", "--dsn", b},
 	} {

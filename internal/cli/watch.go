@@ -105,7 +105,7 @@ func checkInterval(d time.Duration) error {
 }
 
 func newWatchCmd(g *globals) *cobra.Command {
-	return g.command(&watchOptions{}, &cobra.Command{
+	return onServers(g.command(&watchOptions{}, &cobra.Command{
 		Use:   "watch",
 		Short: "Watch an existing pool, read-only (dashboard, or --headless snapshots)",
 		Long: `Watch an existing pool without writing anything: counts by status, lock
@@ -125,11 +125,20 @@ takes seconds and slows the workers.
   pooltop watch --dsn postgres://… --table public.resource_pool
   pooltop watch --dsn … --headless --json --count 10 --interval 1s
   pooltop watch --dsn … --listen 9187          # Prometheus at 127.0.0.1:9187/metrics
-  pooltop watch --dsn … --record pool.ndjson   # then: pooltop replay pool.ndjson`,
-	})
+  pooltop watch --dsn … --record pool.ndjson   # then: pooltop replay pool.ndjson
+
+Given --dsn once per server (or --dsn-file), --headless watches them all at
+once: each poll prints the sums and a row per server (--json: the sums as
+the snapshot's fields, each server's own snapshot under "servers"), alerts
+name their server, and a server that does not answer is shown as such
+while the others go on. The servers may be one pool's or separate pools.`,
+	}))
 }
 
 func (o *watchOptions) validate(g *globals) error {
+	if len(g.servers) > 0 {
+		return o.validateServers(g)
+	}
 	if g.wantsEmbedded() {
 		return usageError{errors.New("watch needs a database to watch: pass --dsn (or set DATABASE_URL or PGHOST); run pooltop with no command for the demo")}
 	}
@@ -150,6 +159,9 @@ func (o *watchOptions) validate(g *globals) error {
 }
 
 func (o *watchOptions) run(ctx context.Context, g *globals) error {
+	if len(g.servers) > 0 {
+		return o.runServersHeadless(ctx, g)
+	}
 	metrics, err := o.sink.serveMetrics(g)
 	if err != nil {
 		return err
