@@ -618,9 +618,15 @@ func TestHoldersInTheSnapshot(t *testing.T) {
 }
 
 // Where pg_stat_statements is readable, the snapshot carries the claim
-// statements' rate and mean time (watch charts them).
+// statements' rate and mean time (watch charts them). Not parallel:
+// pg_stat_statements counts the whole database, and the claims of tests
+// running at once in other schemas share their text (and, read between
+// two readings of the texts, were counted as this pool's).
 func TestClaimStatementsFromPgStatStatements(t *testing.T) {
-	b := setup(t, 2000)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	db := pgtest.NewSeeded(t, ctx, 2000, pgtest.Options{MaxConns: 4})
+	b := &bundle{ctx: ctx, schema: db.Schema, conn: pgtest.Conn(t, db.Schema), eng: db.Engine}
 	b.statStatements(t)
 	c := b.collector(t, collector.Config{})
 	var last collector.Snapshot
