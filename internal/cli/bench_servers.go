@@ -105,7 +105,7 @@ func (o *benchOptions) measureServers(ctx context.Context, g *globals, n int) ([
 			// run again once on three times the pool.
 			want := max(int64(o.poolSize), int64(peak*(o.warmup+o.duration+2*time.Second).Seconds()*1.5))
 			row, err := o.serversRun(ctx, servers, samplers, m, workers, want)
-			if err == nil && row.Invalid != "" {
+			if err == nil && row.EmptyPool > 0 {
 				fmt.Fprintf(g.stderr, "bench: %d server(s) %-12s %3d workers  ran dry; again on a larger pool\n", n, m.Name, workers)
 				row, err = o.serversRun(ctx, servers, samplers, m, workers, min(3*want, engine.MaxSeed))
 			}
@@ -193,8 +193,11 @@ func (o *benchOptions) serversRun(ctx context.Context, s *engine.Servers, sample
 		},
 	}
 	r, err := workload.BenchRun(ctx, s, m, workers, o.warmup, o.duration, w)
-	if err == nil && r.EmptyPool > 0 {
+	switch {
+	case err == nil && r.EmptyPool > 0:
 		r.Invalid = fmt.Sprintf("the pool ran dry %d times in the window: run again with a larger --pool-size", r.EmptyPool)
+	case err == nil && r.CyclesPerS == 0:
+		r.Invalid = "no cycle completed in the window: each claim took longer than the window (a machine too busy, or claims scanning dead index entries: see the servers' dead tuples)"
 	}
 	row.BenchResult = r
 	return row, err
