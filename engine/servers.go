@@ -102,7 +102,7 @@ func NewPoolID() string {
 // ServerName is the name of the i-th server of a pool (from 1).
 func ServerName(i int) string { return "s" + strconv.Itoa(i) }
 
-// ErrServers: the servers given do not make one pool (another pool's
+// ErrServers means the servers given do not make one pool (another pool's
 // server, one missing or listed twice, different versions, none reachable).
 var ErrServers = errors.New("the servers do not make one pool")
 
@@ -348,7 +348,7 @@ func Unreachable(err error) bool {
 	return true
 }
 
-// ErrNoServer: every server of the pool failed lately and waits out its
+// ErrNoServer means every server of the pool failed lately and waits out its
 // backoff; the call can be tried again.
 var ErrNoServer = errors.New("no server of the pool answers")
 
