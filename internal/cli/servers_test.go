@@ -183,18 +183,19 @@ func TestWorkGoesOnWhileAServerIsStoppedHard(t *testing.T) {
 	}
 }
 
-// TestChaosStopsAServerHard runs chaos over three throwaway servers with
-// one stopped by an immediate shutdown for the middle of the run.
+// TestChaosStopsAServerHard runs chaos over two throwaway servers with
+// one stopped by an immediate shutdown for the middle of the run (two,
+// not more: the tests of other packages run beside it on two cores).
 func TestChaosStopsAServerHard(t *testing.T) {
 	t.Parallel()
-	r := pooltop(t, "chaos", "--servers", "3", "--scenario", "crash-with-lease", "--duration", "6s", "--pool-size", "30000", "--json")
+	r := pooltop(t, "chaos", "--servers", "2", "--scenario", "crash-with-lease", "--duration", "6s", "--pool-size", "30000", "--json")
 	if r.code != 0 {
-		t.Fatalf("chaos --servers 3: exit %d: %s%s", r.code, r.stdout, r.stderr)
+		t.Fatalf("chaos --servers 2: exit %d: %s%s", r.code, r.stdout, r.stderr)
 	}
 	s := decode[workload.ServerStopSummary](t, r.stdout)
 	if len(s.Violations) != 0 || s.DoubleFinalizations != 0 || s.LostIDs != 0 || s.CommittedWhileDown == 0 ||
-		s.ReclaimedAfterS < 0 || s.Crashes == 0 || len(s.Servers) != 3 || s.Audit.Total != 30000 {
-		t.Fatalf("chaos over three servers, one stopped: %+v", s)
+		s.ReclaimedAfterS < 0 || s.Crashes == 0 || len(s.Servers) != 2 || s.Audit.Total != 30000 {
+		t.Fatalf("chaos over two servers, one stopped: %+v", s)
 	}
 	if r := pooltop(t, "chaos", "--servers", "1"); r.code != exitUsage || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 		t.Fatalf("chaos --servers 1: exit %d, %q", r.code, r.stderr)
