@@ -216,22 +216,28 @@ func runHeadless(ctx context.Context, g *globals, col poller, o *watchOptions) e
 			fmt.Fprintf(g.stderr, "pooltop: poll failed (retrying): %s\n", oneLine(g.redact(err.Error())))
 			continue
 		}
-		if g.jsonOut {
-			line, err := snapshotJSON(g, s)
-			if err == nil {
-				_, err = g.stdout.Write(line)
-			}
-			if err != nil {
-				return err
-			}
-			continue
+		if err := printSnapshot(g, s); err != nil {
+			return err
 		}
-		fmt.Fprintln(g.stdout, snapshotLine(s))
 	}
 	if lastErr != nil {
 		return fmt.Errorf("last poll failed: %w", lastErr)
 	}
 	return nil
+}
+
+// printSnapshot prints one poll's snapshot: a line of JSON with --json,
+// else its text line.
+func printSnapshot(g *globals, s collector.Snapshot) error {
+	if !g.jsonOut {
+		_, err := fmt.Fprintln(g.stdout, snapshotLine(s))
+		return err
+	}
+	line, err := snapshotJSON(g, s)
+	if err == nil {
+		_, err = g.stdout.Write(line)
+	}
+	return err
 }
 
 // snapshotLine is the text form of a snapshot: one line for a terminal or a log.

@@ -125,17 +125,12 @@ func (o *watchOptions) runServersHeadless(ctx context.Context, g *globals) error
 		for _, v := range views {
 			answered = answered || v.Reachable
 		}
-		if g.jsonOut {
-			line, err := snapshotJSON(g, m)
-			if err == nil {
-				_, err = g.stdout.Write(line)
-			}
+		if err := printSnapshot(g, m); err != nil || g.jsonOut {
 			if err != nil {
 				return err
 			}
 			continue
 		}
-		fmt.Fprintln(g.stdout, snapshotLine(m))
 		for _, v := range views {
 			if !v.Reachable {
 				fmt.Fprintf(g.stdout, "  %s %s: does not answer: %s\n", v.Server, v.Addr, v.Error)
