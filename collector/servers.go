@@ -1,7 +1,12 @@
 package collector
 
 import (
+	"context"
+	"fmt"
 	"slices"
+	"sort"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -17,18 +22,19 @@ type ServerView struct {
 
 // MergeServers adds the servers' snapshots up into the snapshot of the
 // whole pool: counts, rates, dead tuples and connections are summed, the
-// longest lock wait and the slowest poll kept, the time to empty computed
+// longest lock wait and the slowest poll kept, the waiters and blockers
+// listed with their server, the time to empty computed
 // from the sums, and each server's active alerts carried with its name.
 // A server that did not answer adds nothing but its row. The views are
 // kept in Servers.
 func MergeServers(now time.Time, views []ServerView) Snapshot {
-	m := Snapshot{Time: now, Servers: views, Alerts: []Alert{}}
+	m := Snapshot{Time: now, Servers: views, Alerts: []Alert{}, Waiters: []Waiter{}, Blockers: []Blocker{}, Pool: Pool{Estimated: []string{}}}
 	noLease := int64(0)
 	noLeaseKnown := true
 	for _, v := range views {
 		s := v.Snapshot
 		if !v.Reachable || s == nil {
-			m.Alerts = append(m.Alerts, Alert{Name: "server_unreachable", Active: true, Server: v.Server,
+			m.Alerts = append(m.Alerts, Alert{Name: AlertServerUnreachable, Active: true, Server: v.Server,
 				Message: "server " + v.Server + " (" + v.Addr + ") does not answer: " + v.Error})
 			continue
 		}
@@ -56,8 +62,20 @@ func MergeServers(now time.Time, views []ServerView) Snapshot {
 				p.Estimated = append(p.Estimated, e)
 			}
 		}
+		for _, w := range s.Waiters {
+			w.Server = v.Server
+			m.Waiters = append(m.Waiters, w)
+		}
+		for _, b := range s.Blockers {
+			b.Server = v.Server
+			m.Blockers = append(m.Blockers, b)
+		}
+		m.LWLockWaits += s.LWLockWaits
 		m.LockWaiters += s.LockWaiters
 		m.LockWaitMaxMS = max(m.LockWaitMaxMS, s.LockWaitMaxMS)
+		if u := s.LockWaitUnplannedMaxMS; u != nil && (m.LockWaitUnplannedMaxMS == nil || *u > *m.LockWaitUnplannedMaxMS) {
+			m.LockWaitUnplannedMaxMS = u
+		}
 		m.DeadTuples += s.DeadTuples
 		m.LiveTuples += s.LiveTuples
 		m.Connections += s.Connections
@@ -84,4 +102,237 @@ func MergeServers(now time.Time, views []ServerView) Snapshot {
 		m.DepletionETAS = &eta
 	}
 	return m
+}
+
+// Member is one server of a watch over several: where it is (Addr, never
+// with a password) and how to open its collector. Open returns the
+// collector and the server's name in its pool (its mark: s1, s2 …), ""
+// when it has none.
+type Member struct {
+	Addr string
+	Open func(ctx context.Context) (*Collector, string, error)
+}
+
+// retryOpen is how long a server whose collector could not be made waits
+// before the next try, so that a server that is down costs a poll nothing.
+const retryOpen = 5 * time.Second
+
+// Servers watches several servers as one source for the dashboard, the
+// headless loop, the metrics and a recording: every poll polls them all at
+// once and merges them (MergeServers), and the series and events are those
+// of the whole. A server that does not answer is shown as such, tried
+// again, and the others go on. Safe for use from several goroutines.
+type Servers struct {
+	members []*member
+	history int
+
+	mu     sync.Mutex
+	series map[string]*History
+	events *eventLog
+	prev   *raw
+}
+
+// member is a Member and its collector, while it has one.
+type member struct {
+	Member
+	mu      *sync.Mutex // the Servers' mu: guards name, col and info, which Info and Names read
+	name    string
+	col     *Collector
+	retryAt time.Time
+	lastErr error
+	down    bool // it did not answer at the last poll (after answering once)
+	info    Info
+}
+
+// NewServers watches members; history is the points kept as polled, as
+// Config.History. No server is reached before the first Poll.
+func NewServers(members []Member, history int) *Servers {
+	s := &Servers{history: max(history, 1), events: newEventLog(200), series: map[string]*History{}}
+	for _, m := range members {
+		s.members = append(s.members, &member{Member: m, mu: &s.mu, name: m.Addr})
+	}
+	for _, name := range allSeries {
+		s.series[name] = NewHistory(s.history)
+	}
+	return s
+}
+
+// open makes the member's collector, unless it has one or its retry is not
+// due.
+func (m *member) open(ctx context.Context) {
+	if m.col != nil || time.Now().Before(m.retryAt) {
+		return
+	}
+	col, name, err := m.Open(ctx)
+	if err != nil {
+		m.lastErr, m.retryAt = err, time.Now().Add(retryOpen)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.col, m.info = col, col.Info()
+	if name != "" {
+		m.name = name
+	}
+}
+
+// poll is the member's view at this poll.
+func (m *member) poll(ctx context.Context) ServerView {
+	m.open(ctx)
+	v := ServerView{Server: m.name, Addr: m.Addr}
+	if m.col != nil {
+		snap, err := m.col.Poll(ctx)
+		if err == nil {
+			v.Reachable, v.Snapshot = true, &snap
+		} else {
+			m.lastErr = err
+		}
+	}
+	if !v.Reachable && m.lastErr != nil {
+		v.Error = oneLine(m.lastErr.Error())
+	}
+	return v
+}
+
+// oneLine keeps an error's first line.
+func oneLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// Poll polls every server at once and returns the merged snapshot: its
+// Servers hold each server's view. It fails only when no server answered
+// (the snapshot still says which and why).
+func (s *Servers) Poll(ctx context.Context) (Snapshot, error) {
+	start := time.Now()
+	views := make([]ServerView, len(s.members))
+	var wg sync.WaitGroup
+	for i, m := range s.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			views[i] = m.poll(ctx)
+		}()
+	}
+	wg.Wait()
+	snap := MergeServers(start, views)
+	var why []string
+	for _, v := range views {
+		if !v.Reachable {
+			why = append(why, v.Server+": "+v.Error)
+		}
+	}
+	if len(why) == len(views) {
+		return snap, fmt.Errorf("no server answers: %s", strings.Join(why, "; "))
+	}
+	s.record(&snap)
+	return snap, nil
+}
+
+// record adds the merged snapshot to the series and the servers' events
+// to the log, each named by its server, with an event when a server stops
+// or starts answering.
+func (s *Servers) record(snap *Snapshot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var events []Event
+	for i, v := range snap.Servers {
+		m := s.members[i]
+		if !v.Reachable {
+			if !m.down {
+				m.down = true
+				events = append(events, Event{Time: snap.Time, Kind: EventAlert, Text: AlertServerUnreachable + ": server " + v.Server + " (" + v.Addr + ") does not answer: " + v.Error})
+			}
+			continue
+		}
+		if m.down {
+			m.down = false
+			events = append(events, Event{Time: snap.Time, Kind: EventCleared, Text: AlertServerUnreachable + ": server " + v.Server + " answers again"})
+		}
+		for _, e := range v.Snapshot.Events {
+			if _, ok := counted[e.Kind]; !ok { // a count event sums over the servers
+				e.Text = v.Server + ": " + e.Text
+			}
+			events = append(events, e)
+		}
+	}
+	sort.SliceStable(events, func(i, j int) bool { return events[i].Time.Before(events[j].Time) })
+	for _, e := range events {
+		s.events.add(e)
+	}
+	snap.Events = events
+	cur := rawOf(snap)
+	addPoints(snap, cur, s.prev, func(name string, v float64) { s.series[name].Add(Point{snap.Time, v}) })
+	s.prev = cur
+}
+
+// Series returns a copy of one series of the whole, oldest first.
+func (s *Servers) Series(name string) []Point {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.series[name]
+	if !ok {
+		return nil
+	}
+	return h.Points()
+}
+
+// Events returns the newest events of all the servers, oldest first.
+func (s *Servers) Events() []Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.events.all()
+}
+
+// Info is what the header shows: the servers' count for the host, the
+// table, and the database, user and version the servers share (else
+// "mixed"). It never includes a password.
+func (s *Servers) Info() Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out Info
+	same := func(have *string, v string) {
+		switch {
+		case *have == "":
+			*have = v
+		case *have != v:
+			*have = "mixed"
+		}
+	}
+	out.Monitor = true
+	for _, m := range s.members {
+		if m.col == nil {
+			continue
+		}
+		same(&out.Database, m.info.Database)
+		same(&out.User, m.info.User)
+		same(&out.Version, m.info.Version)
+		same(&out.Table, m.info.Table)
+		out.Monitor = out.Monitor && m.info.Monitor
+	}
+	out.Host = fmt.Sprintf("%d servers", len(s.members))
+	return out
+}
+
+// Names are the servers' names, in the order given (an address until the
+// server has answered once).
+func (s *Servers) Names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, len(s.members))
+	for i, m := range s.members {
+		out[i] = m.name
+	}
+	return out
+}
+
+// Close closes every server's collector.
+func (s *Servers) Close() {
+	for _, m := range s.members {
+		if m.col != nil {
+			m.col.Close()
+		}
+	}
 }

@@ -72,6 +72,8 @@ type Waiter struct {
 	WaitMS    float64 `json:"wait_ms"`
 	BlockedBy []int32 `json:"blocked_by"`
 	Query     string  `json:"query"`
+	// Server names the waiter's server, in a watch over several.
+	Server string `json:"server,omitempty"`
 }
 
 // Blocker is a session holding what others wait for.
@@ -82,6 +84,8 @@ type Blocker struct {
 	Query string `json:"query"`
 	// Blocks lists the waiters directly behind it.
 	Blocks []int32 `json:"blocks"`
+	// Server names the blocker's server, in a watch over several.
+	Server string `json:"server,omitempty"`
 }
 
 // VacuumProgress is a running (auto)vacuum of the pool table.

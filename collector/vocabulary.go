@@ -14,6 +14,8 @@ const (
 	AlertLWLock      AlertName = "lwlock_waits" // sessions on the pool waiting on an LWLock (page latches) at or above the threshold
 	AlertNoLease     AlertName = "no_lease"     // PENDING ids held with no lease: a crashed holder leaks them for good
 	AlertStarvation  AlertName = "starvation"   // claims pass over a free id, taking newer ones, for longer than the threshold
+	// AlertServerUnreachable: a server of a watch over several does not answer.
+	AlertServerUnreachable AlertName = "server_unreachable"
 )
 
 // EventKind says what an event of the log reports; the JSON value of Event.Kind.

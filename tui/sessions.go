@@ -17,27 +17,40 @@ var sessionOrders = []string{"most waiters", "longest wait", "pid"}
 // blockers are the snapshot's blockers as the panel shows them: those
 // whose application name, or a waiter's, contains the filter, in the
 // chosen order.
+// waiterKey names a waiter: its server (in a watch over several, where
+// two servers may have the same pid) and its pid.
+type waiterKey struct {
+	server string
+	pid    int32
+}
+
+// waitersOf are a snapshot's waiters by server and pid.
+func waitersOf(s *collector.Snapshot) map[waiterKey]collector.Waiter {
+	out := make(map[waiterKey]collector.Waiter, len(s.Waiters))
+	for _, w := range s.Waiters {
+		out[waiterKey{w.Server, w.PID}] = w
+	}
+	return out
+}
+
 func (m Model) blockers() []collector.Blocker {
 	s := m.snap
 	if s == nil {
 		return nil
 	}
-	waits := map[int32]collector.Waiter{}
-	for _, w := range s.Waiters {
-		waits[w.PID] = w
-	}
+	waits := waitersOf(s)
 	longest := func(b collector.Blocker) float64 {
 		var ms float64
 		for _, pid := range b.Blocks {
-			ms = max(ms, waits[pid].WaitMS)
+			ms = max(ms, waits[waiterKey{b.Server, pid}].WaitMS)
 		}
 		return ms
 	}
 	var out []collector.Blocker
 	for _, b := range s.Blockers {
-		keep := m.filter == "" || strings.Contains(b.App, m.filter)
+		keep := m.filter == "" || strings.Contains(b.App, m.filter) || b.Server == m.filter
 		for _, pid := range b.Blocks {
-			keep = keep || strings.Contains(waits[pid].App, m.filter)
+			keep = keep || strings.Contains(waits[waiterKey{b.Server, pid}].App, m.filter)
 		}
 		if keep {
 			out = append(out, b)

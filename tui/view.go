@@ -42,6 +42,9 @@ func (m Model) View() string {
 	if l.parts > 0 {
 		bar += "\n" + m.viewPartitions(w)
 	}
+	if l.servers > 0 {
+		bar += "\n" + m.viewServers(w, l.servers)
+	}
 	if m.opts.Knobs != nil {
 		knobs = m.viewKnobs(l.knobsW, l.midH)
 		bar += "\n" + m.viewBanner(w)
@@ -64,6 +67,7 @@ type layout struct {
 	window                                int
 	proof                                 workload.Proof
 	parts                                 int // 1: a line of per-partition UNUSED under the pool bar
+	servers                               int // lines of per-server rows under the pool bar
 }
 
 func (m Model) layout() layout {
@@ -92,8 +96,13 @@ func (m Model) layout() layout {
 	if m.snap != nil && len(m.snap.Partitions) > 0 {
 		l.parts = 1
 	}
+	if m.snap != nil && len(m.snap.Servers) > 0 {
+		// A row per server, up to a sixth of the screen (a last row says
+		// how many more).
+		l.servers = min(len(m.snap.Servers), max(m.height/6, 2))
+	}
 	l.bottomH = min(max(m.height/4, 5), 14)
-	l.midH = m.height - 1 - 2 - l.parts - banner - l.bottomH - 1 - l.helpH
+	l.midH = m.height - 1 - 2 - l.parts - l.servers - banner - l.bottomH - 1 - l.helpH
 	if l.midH < 4 {
 		l.bottomH -= 4 - l.midH
 		l.midH = 4
@@ -184,11 +193,7 @@ func (m Model) viewHeader(w int) string {
 	left := m.styles.Header.Render(pad(" "+strings.Join(parts, " │ "), w))
 	var active []string
 	if m.snap != nil {
-		for _, a := range m.snap.Alerts {
-			if a.Active {
-				active = append(active, a.Name)
-			}
-		}
+		active = activeAlerts(m.snap.Alerts)
 	}
 	if len(active) == 0 {
 		return left
@@ -199,6 +204,31 @@ func (m Model) viewHeader(w int) string {
 		return truncate(tag, w)
 	}
 	return truncate(left, w-tw) + tag
+}
+
+// activeAlerts names the raised alerts, each once, in order; over several
+// servers each with the servers it is raised on: lock_wait(s1,s3).
+func activeAlerts(alerts []collector.Alert) []string {
+	var names []string
+	on := map[string][]string{}
+	for _, a := range alerts {
+		if !a.Active {
+			continue
+		}
+		if _, seen := on[a.Name]; !seen {
+			names = append(names, a.Name)
+			on[a.Name] = nil
+		}
+		if a.Server != "" {
+			on[a.Name] = append(on[a.Name], sanitize(a.Server))
+		}
+	}
+	for i, n := range names {
+		if servers := on[n]; len(servers) > 0 {
+			names[i] += "(" + strings.Join(servers, ",") + ")"
+		}
+	}
+	return names
 }
 
 // est marks a figure that is an estimate.
@@ -319,6 +349,69 @@ func (m Model) viewPartitions(w int) string {
 		line += item
 	}
 	return pad(line, w)
+}
+
+// viewServers is a row per server of a watch over several, in n lines:
+// its name, its counts, burn and time to empty, lock waiters, dead tuples
+// and poll time, or that it does not answer and why. To fit the width the
+// address goes first, then figures from the right; past n servers the
+// last line says how many more there are and how many of them answer.
+func (m Model) viewServers(w, n int) string {
+	st := m.styles
+	views := m.snap.Servers
+	var lines []string
+	for i, v := range views {
+		if len(lines) == n-1 && len(views) > n {
+			rest := views[i:]
+			down := 0
+			for _, r := range rest {
+				if !r.Reachable {
+					down++
+				}
+			}
+			line := fmt.Sprintf("… %d more servers", len(rest))
+			if down > 0 {
+				line += fmt.Sprintf(", %d of them not answering", down)
+			}
+			lines = append(lines, pad(line, w))
+			break
+		}
+		name := st.Title.Render(sanitize(v.Server))
+		addr := sanitize(v.Addr)
+		if !v.Reachable {
+			line := name + " " + st.Alert.Render(" does not answer ") + " " + addr + ": " + sanitize(v.Error)
+			lines = append(lines, truncate(line, w))
+			continue
+		}
+		s := v.Snapshot
+		eta := "not draining"
+		if s.DepletionETAS != nil {
+			eta = "empty in " + (time.Duration(*s.DepletionETAS) * time.Second).String()
+		}
+		items := []string{
+			"unused " + est(s, "unused") + formatInt(s.Pool.Unused),
+			"held " + est(s, "pending") + formatInt(s.Pool.Pending) + " (" + formatInt(s.Pool.Expired) + " expired)",
+			"consumed " + formatInt(s.Pool.Consumed),
+			fmt.Sprintf("burn %.1f/s", s.BurnPerS), eta,
+			fmt.Sprintf("waiters %d", s.LockWaiters),
+			fmt.Sprintf("dead %.1f%%", 100*s.DeadRatio),
+			fmt.Sprintf("poll %.0fms", s.PollMS),
+		}
+		fits := func(line string) bool { return lipgloss.Width(line) <= w }
+		line := name + " " + st.Dim.Render(addr) + "  " + strings.Join(items, " · ")
+		if !fits(line) {
+			k := len(items)
+			for k > 1 && !fits(name+"  "+strings.Join(items[:k], " · ")) {
+				k--
+			}
+			line = name + "  " + strings.Join(items[:k], " · ")
+		}
+		lines = append(lines, truncate(line, w))
+	}
+	for i := range lines {
+		lines[i] = pad(lines[i], w)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // Chart names, for the order in which a scenario wants them.
@@ -678,18 +771,19 @@ func (m Model) viewLocks(width, height int) string {
 	case len(s.Waiters) == 0:
 		lines = append(lines, st.OK.Render("no session waits on a lock"))
 	default:
-		waits := map[int32]collector.Waiter{}
-		for _, w := range s.Waiters {
-			waits[w.PID] = w
-		}
+		waits := waitersOf(s)
 		for _, b := range m.blockers() {
-			lines = append(lines, mark(blockerTarget(b))+fmt.Sprintf("%d %s %s — %s", b.PID, sanitize(b.App), sanitize(b.State), sanitize(b.Query)))
+			where := ""
+			if b.Server != "" {
+				where = sanitize(b.Server) + " "
+			}
+			lines = append(lines, mark(blockerTarget(b))+where+fmt.Sprintf("%d %s %s — %s", b.PID, sanitize(b.App), sanitize(b.State), sanitize(b.Query)))
 			for i, pid := range b.Blocks {
 				branch := "├─"
 				if i == len(b.Blocks)-1 {
 					branch = "└─"
 				}
-				w := waits[pid]
+				w := waits[waiterKey{b.Server, pid}]
 				lines = append(lines, fmt.Sprintf(" %s %d %s waits %.0f ms", branch, pid, sanitize(w.App), w.WaitMS))
 			}
 		}

@@ -165,6 +165,20 @@ func Alerts(a collector.AlertConfig) []Alert {
 			Do:     "hash-partition the pool so claims spread over N heads; claim in batches",
 			Tools:  "pooltop migrate --partitions N (a new pool); bench --partitions to compare",
 		},
+	}, {
+		Name: collector.AlertServerUnreachable, Severity: SeverityPage, Rule: "PooltopServerUnreachable",
+		Meaning: "In a watch over several servers, one server does not answer: its ids cannot be claimed, and its held leases wait for it to return (claims go on at the others).",
+		Figure:  "whether each server answered the last poll (servers[].reachable; pooltop_server_up{server})",
+		Flag:    "none", Threshold: "one failed poll",
+		Raise: "at the first poll the server does not answer (it is tried again every 5 s)",
+		Clear: "at the first poll it answers again",
+		Expr:  "pooltop_server_up == 0", For: "1m",
+		Runbook: Runbook{
+			First:  "the server's row: the error it gives (refused, timeout, authentication, shutting down)",
+			Causes: "the server is down, restarting or in crash recovery; a network partition; max_connections reached; a changed password",
+			Do:     "bring the server back; its expired leases are reclaimed by the reaper once it answers, and verify audits all servers afterwards",
+			Tools:  "watch --dsn A --dsn B … (a row per server); pooltop verify --dsn A --dsn B …",
+		},
 	}}
 }
 

@@ -169,14 +169,18 @@ func promtoolTests(t *testing.T) string {
 	add(in("pooltop_poll_duration_seconds_bucket", `le="2"`, "0+10x80", "0+10x80"))
 	add(in("pooltop_poll_duration_seconds_bucket", `le="+Inf"`, "0+10x80", "0+10x80"))
 	add(in("pooltop_alert_active", `alert="lock_wait"`, flat("1"), flat("0")))
+	add(in("pooltop_server_up", `server="s2"`, flat("0"), flat("1")))
 	var tests []ruleTest
 	for _, r := range catalogue.Rules(collector.AlertConfig{}) {
 		labels := map[string]string{"job": "pooltop", "instance": "bad"}
 		for k, v := range r.Labels {
 			labels[k] = v
 		}
-		if r.Alert == "PooltopAlertActive" {
+		switch r.Alert {
+		case "PooltopAlertActive":
 			labels["alert"] = "lock_wait"
+		case "PooltopServerUnreachable":
+			labels["server"] = "s2"
 		}
 		tests = append(tests, ruleTest{EvalTime: "15m", Alertname: r.Alert, ExpAlerts: []expAlert{{labels, r.Annotations}}})
 	}

@@ -70,7 +70,7 @@ func (o *replayOptions) run(ctx context.Context, g *globals) error {
 			}
 			return out.WriteByte('\n')
 		}
-		_, err := fmt.Fprintln(out, snapshotLine(s))
+		_, err := fmt.Fprintln(out, snapshotText(g, s))
 		return err
 	}
 	for _, name := range o.files {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"net/url"
 	"os"
@@ -85,6 +86,40 @@ func TestCommandsOnAPoolOverSeveralServers(t *testing.T) {
 		t.Fatal("watch printed a password")
 	}
 
+	// Recorded over both and the down one, it replays with its rows; the
+	// metrics carry each server's figures under its name.
+	file := filepath.Join(t.TempDir(), "servers.ndjson")
+	bg := start(t, "watch", "--headless", "--json", "--interval", "60s", "--listen", "127.0.0.1:0", "--record", file, "--dsn", a, "--dsn", b, "--dsn", down)
+	url := bg.metricsAt(t)
+	pgtest.Eventually(t, "the first snapshot", 30*time.Second, func() bool { return strings.Contains(bg.stdout.String(), "\n") })
+	fams := scrape(t, url)
+	w = decode[collector.Snapshot](t, strings.TrimSpace(bg.stdout.String()))
+	for _, sv := range w.Servers[:2] {
+		if v, _, ok := value(fams, "pooltop_pool_ids", "server="+sv.Server, "state=unused"); !ok || v != float64(sv.Snapshot.Pool.Unused) {
+			t.Errorf("pooltop_pool_ids{server=%s,state=unused} = %v (%v), want %d", sv.Server, v, ok, sv.Snapshot.Pool.Unused)
+		}
+		if v, _, ok := value(fams, "pooltop_server_up", "server="+sv.Server); !ok || v != 1 {
+			t.Errorf("pooltop_server_up{server=%s} = %v (%v)", sv.Server, v, ok)
+		}
+	}
+	if v, _, ok := value(fams, "pooltop_server_up", "server="+w.Servers[2].Server); !ok || v != 0 {
+		t.Errorf("the down server: pooltop_server_up %v (%v)", v, ok)
+	}
+	if code := bg.stop(); code != exitOK {
+		t.Fatalf("watch exit %d: %s", code, bg.stderr.String())
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, []byte(":pw@")) {
+		t.Fatal("the recording holds a password")
+	}
+	rep := pooltop(t, "replay", file, "--headless").must(t).stdout
+	if !strings.Contains(rep, "  s1 ") || !strings.Contains(rep, "  s2 ") || !strings.Contains(rep, "does not answer") {
+		t.Fatalf("the replay of a watch over servers printed:\n%s", rep)
+	}
+
 	// A list that is not the pool's changes nothing.
 	single := emptyDB(t)
 	pooltop(t, "migrate", "--dsn", single).must(t)
@@ -94,7 +129,7 @@ func TestCommandsOnAPoolOverSeveralServers(t *testing.T) {
 		"a server of another pool":    {"verify", "--dsn", a, "--dsn", b, "--dsn", single},
 		"a server given twice":        {"verify", "--dsn", a, "--dsn", a},
 		"a command of one server":     {"doctor", "--dsn", a, "--dsn", b},
-		"the dashboard over two":      {"watch", "--dsn", a, "--dsn", b},
+		"actions over two":            {"watch", "--allow-actions", "--dsn", a, "--dsn", b},
 		"migrate leaving one out":     {"migrate", "--dsn", a, "--dsn", c},
 		"one server seeded by itself": {"seed", "--count", "5", "--dsn", b},
 	} {
@@ -105,7 +140,7 @@ func TestCommandsOnAPoolOverSeveralServers(t *testing.T) {
 	}
 
 	// A third server joins: the others keep their names, new ids go to all three.
-	file := filepath.Join(t.TempDir(), "servers")
+	file = filepath.Join(t.TempDir(), "servers")
 	if err := os.WriteFile(file, []byte("# the pool\n"+c+"\n"+a+"\n"+b+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

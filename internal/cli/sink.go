@@ -25,6 +25,7 @@ import (
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/internal/bytesize"
 	"github.com/pooltop-dev/pooltop/internal/prom"
+	"github.com/pooltop-dev/pooltop/tui"
 )
 
 // sinkOptions are the flags --listen, --record and --record-max, shared by
@@ -35,6 +36,9 @@ type sinkOptions struct {
 	recordMax bytesize.Size
 
 	addr string // --listen as host:port, made by validate
+	// perServer: the metrics are each server's, labelled server="s1"…
+	// (a watch over several servers).
+	perServer bool
 }
 
 const listenHelp = "serve Prometheus metrics at http://`ADDR`/metrics from the dashboard's own polls (no extra query per scrape); ADDR is host:port, or a port alone (9187, :9187) for 127.0.0.1 only: give 0.0.0.0:9187 to listen on every interface, port 0 for any free port"
@@ -110,7 +114,7 @@ func (o *sinkOptions) serveMetrics(g *globals) (*metricsServer, error) {
 		}
 		return nil, fmt.Errorf("--listen %s: cannot listen (%v): give a local address such as 127.0.0.1:9187", o.addr, err)
 	}
-	m := &metricsServer{exp: prom.NewExporter(), done: make(chan struct{})}
+	m := &metricsServer{exp: prom.NewExporter(o.perServer), done: make(chan struct{})}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m.exp, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
@@ -145,11 +149,12 @@ type poller interface {
 	Poll(ctx context.Context) (collector.Snapshot, error)
 }
 
-// tapped is the collector as the dashboard and the headless loop poll it:
-// each snapshot also goes to the metrics and the recording. Its other
-// methods (Series, Events, Info, Doctor) are the collector's.
+// tapped is the source as the dashboard and the headless loop poll it (a
+// collector, or collector.Servers over several): each snapshot also goes
+// to the metrics and the recording. Its other methods (Series, Events,
+// Info) are the source's, and Doctor the collector's where it has one.
 type tapped struct {
-	*collector.Collector
+	tui.Source
 	g       *globals
 	metrics *metricsServer
 	rec     *collector.Recorder
@@ -163,10 +168,10 @@ type tapped struct {
 	first      sync.Once
 }
 
-// tap opens --record (the header names col's server and table) and
-// returns the collector tapped; close ends the recording.
-func (o *sinkOptions) tap(g *globals, col *collector.Collector, m *metricsServer, mode string, interval time.Duration) (*tapped, error) {
-	t := &tapped{Collector: col, g: g, metrics: m}
+// tap opens --record (the header names src's server and table) and
+// returns the source tapped; close ends the recording.
+func (o *sinkOptions) tap(g *globals, col tui.Source, m *metricsServer, mode string, interval time.Duration) (*tapped, error) {
+	t := &tapped{Source: col, g: g, metrics: m}
 	if o.record != "" {
 		rec, err := collector.NewRecorder(o.record, int64(o.recordMax), collector.RecordingHeader{
 			Version: version(), Started: time.Now(), Mode: mode, IntervalS: interval.Seconds(), Source: col.Info()})
@@ -176,6 +181,17 @@ func (o *sinkOptions) tap(g *globals, col *collector.Collector, m *metricsServer
 		t.rec = rec
 	}
 	return t, nil
+}
+
+// Doctor checks the pool, where the source is one server's collector.
+func (t *tapped) Doctor(ctx context.Context, s collector.Snapshot) ([]collector.Check, error) {
+	d, ok := t.Source.(interface {
+		Doctor(context.Context, collector.Snapshot) ([]collector.Check, error)
+	})
+	if !ok {
+		return nil, errors.New("doctor checks one server at a time: run pooltop doctor --dsn with each server's DSN")
+	}
+	return d.Doctor(ctx, s)
 }
 
 func (t *tapped) close() error {
@@ -189,7 +205,7 @@ func (t *tapped) close() error {
 // recording that fails (a full disk) stops, and says so in the snapshot's
 // limits rather than failing the poll.
 func (t *tapped) Poll(ctx context.Context) (collector.Snapshot, error) {
-	s, err := t.Collector.Poll(ctx)
+	s, err := t.Source.Poll(ctx)
 	if t.afterFirst != nil {
 		t.first.Do(t.afterFirst)
 	}
@@ -198,6 +214,9 @@ func (t *tapped) Poll(ctx context.Context) (collector.Snapshot, error) {
 			t.metrics.exp.ObserveError()
 		}
 		return s, err
+	}
+	if len(s.Servers) > 0 {
+		s = redacted(t.g, s) // the dashboard shows the servers' errors and queries
 	}
 	if t.metrics != nil {
 		t.metrics.exp.Observe(s)
@@ -221,8 +240,18 @@ func (t *tapped) Poll(ctx context.Context) (collector.Snapshot, error) {
 
 // snapshotJSON is a snapshot's line of --json and of a recording: the
 // snapshot with every password masked in the texts it carries from the
-// server (the queries of the sessions, the limits and events).
+// server (the queries of the sessions, the limits and events), its
+// servers' snapshots too.
 func snapshotJSON(g *globals, s collector.Snapshot) ([]byte, error) {
+	b, err := json.Marshal(redacted(g, s))
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// redacted is s with every password masked in the texts it carries.
+func redacted(g *globals, s collector.Snapshot) collector.Snapshot {
 	r := g.redact
 	s.Waiters = slices.Clone(s.Waiters)
 	for i := range s.Waiters {
@@ -240,9 +269,18 @@ func snapshotJSON(g *globals, s collector.Snapshot) ([]byte, error) {
 	for i := range s.Events {
 		s.Events[i].Text = r(s.Events[i].Text)
 	}
-	b, err := json.Marshal(s)
-	if err != nil {
-		return nil, err
+	s.Alerts = slices.Clone(s.Alerts)
+	for i := range s.Alerts {
+		s.Alerts[i].Message = r(s.Alerts[i].Message)
 	}
-	return append(b, '\n'), nil
+	s.Servers = slices.Clone(s.Servers)
+	for i := range s.Servers {
+		v := &s.Servers[i]
+		v.Error = r(v.Error)
+		if v.Snapshot != nil {
+			one := redacted(g, *v.Snapshot)
+			v.Snapshot = &one
+		}
+	}
+	return s
 }

@@ -127,11 +127,14 @@ takes seconds and slows the workers.
   pooltop watch --dsn … --listen 9187          # Prometheus at 127.0.0.1:9187/metrics
   pooltop watch --dsn … --record pool.ndjson   # then: pooltop replay pool.ndjson
 
-Given --dsn once per server (or --dsn-file), --headless watches them all at
-once: each poll prints the sums and a row per server (--json: the sums as
-the snapshot's fields, each server's own snapshot under "servers"), alerts
-name their server, and a server that does not answer is shown as such
-while the others go on. The servers may be one pool's or separate pools.`,
+Given --dsn once per server (or --dsn-file), watch polls them all at once:
+the dashboard shows the sums with a row per server, --headless prints the
+sums and a line per server (--json: the sums as the snapshot's fields, each
+server's own snapshot under "servers"), alerts name their server, a server
+that does not answer is shown as such and tried again every 5 s while the
+others go on, --listen labels each server's metrics with server="s1"…, and
+--record records it all for replay. The servers may be one pool's or
+separate pools (different databases or tables).`,
 	}))
 }
 
@@ -159,19 +162,24 @@ func (o *watchOptions) validate(g *globals) error {
 }
 
 func (o *watchOptions) run(ctx context.Context, g *globals) error {
-	if len(g.servers) > 0 {
-		return o.runServersHeadless(ctx, g)
-	}
 	metrics, err := o.sink.serveMetrics(g)
 	if err != nil {
 		return err
 	}
 	defer metrics.close()
-	col, err := collector.New(ctx, o.cfg)
-	if err != nil {
-		return err
+	var col tui.Source
+	if len(g.servers) > 0 {
+		several := o.watchServers(g)
+		defer several.Close()
+		col = several
+	} else {
+		one, err := collector.New(ctx, o.cfg)
+		if err != nil {
+			return err
+		}
+		defer one.Close()
+		col = one
 	}
-	defer col.Close()
 	src, err := o.sink.tap(g, col, metrics, "watch", o.interval)
 	if err != nil {
 		return err
@@ -182,7 +190,7 @@ func (o *watchOptions) run(ctx context.Context, g *globals) error {
 	}
 	opts := tui.Options{Source: src, Mode: "watch", Interval: o.interval, Color: useColor()}
 	if o.actions {
-		a, err := demo.WatchActor(ctx, o.cfg, g.dsnFrom(), col)
+		a, err := demo.WatchActor(ctx, o.cfg, g.dsnFrom(), col.(*collector.Collector))
 		if err != nil {
 			return err
 		}
@@ -227,10 +235,10 @@ func runHeadless(ctx context.Context, g *globals, col poller, o *watchOptions) e
 }
 
 // printSnapshot prints one poll's snapshot: a line of JSON with --json,
-// else its text line.
+// else its text line, and over several servers a line per server.
 func printSnapshot(g *globals, s collector.Snapshot) error {
 	if !g.jsonOut {
-		_, err := fmt.Fprintln(g.stdout, snapshotLine(s))
+		_, err := fmt.Fprintln(g.stdout, snapshotText(g, s))
 		return err
 	}
 	line, err := snapshotJSON(g, s)
@@ -238,6 +246,15 @@ func printSnapshot(g *globals, s collector.Snapshot) error {
 		_, err = g.stdout.Write(line)
 	}
 	return err
+}
+
+// snapshotText is a snapshot's text: its line, and over several servers a
+// line per server after it.
+func snapshotText(g *globals, s collector.Snapshot) string {
+	if len(s.Servers) == 0 {
+		return snapshotLine(s)
+	}
+	return strings.Join(append([]string{snapshotLine(s)}, serverRows(redacted(g, s))...), "\n")
 }
 
 // snapshotLine is the text form of a snapshot: one line for a terminal or a log.

@@ -22,7 +22,17 @@ import (
 // counters exist only where a workload runs in the process (the demo); they
 // restart from zero when the demo resets its counters, which Prometheus'
 // rate() reads as a counter reset.
+//
+// Over several servers (a snapshot with Servers) each server's figures are
+// exported with a server label (its name: s1, s2 …, or its address), so
+// that the same rules fire per server and sum without (server) gives the
+// whole; pooltop_server_up says which answered.
 type Exporter struct {
+	perServer bool
+	// labelled are the metrics' descriptions with the server label, for
+	// an exporter per server.
+	labelled map[*prometheus.Desc]*prometheus.Desc
+
 	mu     sync.Mutex
 	last   *collector.Snapshot
 	polls  prometheus.Counter
@@ -30,9 +40,17 @@ type Exporter struct {
 	dur    prometheus.Histogram
 }
 
-// NewExporter returns an exporter with no snapshot yet.
-func NewExporter() *Exporter {
-	return &Exporter{
+// NewExporter returns an exporter with no snapshot yet; perServer exports
+// each server of a watch over several with a server label.
+func NewExporter(perServer bool) *Exporter {
+	var labelled map[*prometheus.Desc]*prometheus.Desc
+	if perServer {
+		labelled = map[*prometheus.Desc]*prometheus.Desc{}
+		for d, sp := range specs {
+			labelled[d] = prometheus.NewDesc(sp.name, sp.help, append(append([]string(nil), sp.labels...), "server"), nil)
+		}
+	}
+	return &Exporter{perServer: perServer, labelled: labelled,
 		polls: prometheus.NewCounter(prometheus.CounterOpts{Name: "pooltop_polls_total", Help: "Polls of the pool that succeeded."}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "pooltop_poll_errors_total",
 			Help: "Polls of the pool that failed (the figures stay those of the last good poll)."}),
@@ -54,9 +72,23 @@ func (e *Exporter) Observe(s collector.Snapshot) {
 // ObserveError counts a failed poll.
 func (e *Exporter) ObserveError() { e.errors.Inc() }
 
-func desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(name, help, labels, nil)
+// spec is what a metric's description was made of.
+type spec struct {
+	name, help string
+	labels     []string
 }
+
+// specs are the descriptions desc made, by description.
+var specs = map[*prometheus.Desc]spec{}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	d := prometheus.NewDesc(name, help, labels, nil)
+	specs[d] = spec{name, help, labels}
+	return d
+}
+
+// descServerUp is exported only over several servers.
+var descServerUp = prometheus.NewDesc("pooltop_server_up", "1 when the server answered the last poll, else 0 (watch over several servers).", []string{"server"}, nil)
 
 var (
 	descPoolIDs       = desc("pooltop_pool_ids", "Ids of the pool by state: unused, pending (held), expired (pending whose lease has passed, a part of pending), consumed.", "state")
@@ -116,10 +148,13 @@ func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPoolIDs, descStuck, descReaperLag, descWaitUnplanned, descNoLease, descPassedOver, descPassedOverS, descPassedOverBy, descEstimated, descWaiters, descWaitMax, descLWLock, descPartUnused, descDead, descLive, descBurn,
 		descETA, descConsumedRate, descConns, descMaxConns, descAlert, descPollTime, descWorkers, descLeaked, descErrors,
 		descFleet, descFleetCycles, descFleetHeld} {
-		ch <- d
+		ch <- e.desc(d)
 	}
 	for _, c := range workloadCounters {
-		ch <- c.desc
+		ch <- e.desc(c.desc)
+	}
+	if e.perServer {
+		ch <- descServerUp
 	}
 	e.polls.Describe(ch)
 	e.errors.Describe(ch)
@@ -137,9 +172,40 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	if s == nil {
 		return
 	}
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	if !e.perServer {
+		e.collect(ch, s, "")
+		return
 	}
+	for _, v := range s.Servers {
+		up := 0.0
+		if v.Reachable && v.Snapshot != nil {
+			up = 1
+			e.collect(ch, v.Snapshot, v.Server)
+		} else {
+			ch <- prometheus.MustNewConstMetric(e.desc(descAlert), prometheus.GaugeValue, 1, collector.AlertServerUnreachable, v.Server)
+		}
+		ch <- prometheus.MustNewConstMetric(descServerUp, prometheus.GaugeValue, up, v.Server)
+	}
+}
+
+// desc is d as this exporter exports it: with the server label, per server.
+func (e *Exporter) desc(d *prometheus.Desc) *prometheus.Desc {
+	if e.perServer {
+		return e.labelled[d]
+	}
+	return d
+}
+
+// collect sends the metrics of one snapshot: a server's, labelled with its
+// name, when server is not "".
+func (e *Exporter) collect(ch chan<- prometheus.Metric, s *collector.Snapshot, server string) {
+	metric := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		if e.perServer {
+			labels = append(labels, server)
+		}
+		ch <- prometheus.MustNewConstMetric(e.desc(d), t, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) { metric(d, prometheus.GaugeValue, v, labels...) }
 	p := s.Pool
 	estimated := map[string]bool{}
 	for _, name := range p.Estimated {
@@ -183,6 +249,9 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	for _, a := range s.Alerts {
 		gauge(descAlert, b2f(a.Active), a.Name)
 	}
+	if e.perServer {
+		gauge(descAlert, 0, collector.AlertServerUnreachable)
+	}
 	gauge(descPollTime, float64(s.Time.UnixNano())/1e9)
 	if s.Fleet != nil {
 		n := map[string]int{}
@@ -209,7 +278,7 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	gauge(descWorkers, float64(s.Workload.Workers))
 	gauge(descLeaked, float64(s.Workload.Leaked))
 	for _, c := range workloadCounters {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.get(s)))
+		metric(c.desc, prometheus.CounterValue, float64(c.get(s)))
 	}
 	classes := make([]string, 0, len(s.Workload.Errors))
 	for class := range s.Workload.Errors {
@@ -217,7 +286,7 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	}
 	sort.Strings(classes)
 	for _, class := range classes {
-		ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(s.Workload.Errors[class]), class)
+		metric(descErrors, prometheus.CounterValue, float64(s.Workload.Errors[class]), class)
 	}
 }
 

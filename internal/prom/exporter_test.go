@@ -28,7 +28,7 @@ func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 		t.Fatalf("the dashboard is not JSON: %v", err)
 	}
 	ch := make(chan *prometheus.Desc, 100)
-	NewExporter().Describe(ch)
+	NewExporter(false).Describe(ch)
 	close(ch)
 	exported := map[string]bool{}
 	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
@@ -59,7 +59,7 @@ func TestGrafanaDashboardQueriesExportedMetrics(t *testing.T) {
 // The fleet of a snapshot is exported: processes by state, the live ones'
 // cycles per second, and the leases the gone ones held.
 func TestFleetMetrics(t *testing.T) {
-	e := NewExporter()
+	e := NewExporter(false)
 	e.Observe(collector.Snapshot{Fleet: []collector.Process{
 		{Name: "a", State: collector.ProcessAlive, Alive: true, CyclesPS: 100},
 		{Name: "b", State: collector.ProcessAlive, Alive: true, CyclesPS: 50},
@@ -89,5 +89,55 @@ func TestFleetMetrics(t *testing.T) {
 		if got[name] != want {
 			t.Errorf("%s = %v, want %v", name, got[name], want)
 		}
+	}
+}
+
+// Over several servers each server's figures carry its name in a server
+// label, a server that does not answer is down with its alert raised, and
+// a pedantic registry takes the labelled descriptions.
+func TestServerLabelledMetrics(t *testing.T) {
+	s1 := collector.Snapshot{Pool: collector.Pool{Unused: 70, Consumed: 3}, LockWaiters: 2,
+		Alerts: []collector.Alert{{Name: collector.AlertLockWait, Active: true}}}
+	s2 := collector.Snapshot{Pool: collector.Pool{Unused: 30}}
+	views := []collector.ServerView{
+		{Server: "s1", Reachable: true, Snapshot: &s1},
+		{Server: "s2", Reachable: true, Snapshot: &s2},
+		{Server: "s3", Error: "connection refused"},
+	}
+	e := NewExporter(true)
+	e.Observe(collector.MergeServers(s1.Time, views))
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(e)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			name := f.GetName()
+			for _, l := range m.GetLabel() {
+				name += "/" + l.GetName() + "=" + l.GetValue()
+			}
+			got[name] = m.GetGauge().GetValue()
+		}
+	}
+	for name, want := range map[string]float64{
+		"pooltop_pool_ids/server=s1/state=unused": 70, "pooltop_pool_ids/server=s2/state=unused": 30,
+		"pooltop_lock_waiters/server=s1": 2, "pooltop_lock_waiters/server=s2": 0,
+		"pooltop_alert_active/alert=lock_wait/server=s1":          1,
+		"pooltop_alert_active/alert=server_unreachable/server=s3": 1,
+		"pooltop_alert_active/alert=server_unreachable/server=s1": 0,
+		"pooltop_server_up/server=s1": 1, "pooltop_server_up/server=s3": 0,
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v (exported: %v), want %v", name, v, ok, want)
+		}
+	}
+	if _, ok := got["pooltop_pool_ids/state=unused"]; ok {
+		t.Error("the sums are exported without a server label beside the servers' own")
+	}
+	if _, ok := got["pooltop_lock_waiters/server=s3"]; ok {
+		t.Error("a server that did not answer has figures")
 	}
 }
