@@ -128,7 +128,7 @@ func TestServerLabelledMetrics(t *testing.T) {
 		"pooltop_alert_active/alert=lock_wait/server=s1":          1,
 		"pooltop_alert_active/alert=server_unreachable/server=s3": 1,
 		"pooltop_alert_active/alert=server_unreachable/server=s1": 0,
-		"pooltop_server_up/server=s1": 1, "pooltop_server_up/server=s3": 0,
+		"pooltop_server_up/server=s1":                             1, "pooltop_server_up/server=s3": 0,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("%s = %v (exported: %v), want %v", name, v, ok, want)
