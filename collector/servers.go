@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -13,7 +14,7 @@ import (
 // ServerView is one server of a watch over several: its snapshot, or why
 // there is none this poll.
 type ServerView struct {
-	Server    string    `json:"server"` // its name in the pool (s1, s2, …), else its address
+	Server    string    `json:"server"` // its name in the pool (s1, s2, …), else its place in the list (#1, #2 …)
 	Addr      string    `json:"addr"`   // user@host:port/database, never a password
 	Reachable bool      `json:"reachable"`
 	Error     string    `json:"error,omitempty"`
@@ -145,11 +146,14 @@ type member struct {
 }
 
 // NewServers watches members; history is the points kept as polled, as
-// Config.History. No server is reached before the first Poll.
+// Config.History. No server is reached before Open or the first Poll. A
+// server is named by its mark (s1, s2 …) once it has answered, and until
+// then, or where it has none (separate pools), by its place in the list:
+// #1, #2 ….
 func NewServers(members []Member, history int) *Servers {
 	s := &Servers{history: max(history, 1), events: newEventLog(200), series: map[string]*History{}}
-	for _, m := range members {
-		s.members = append(s.members, &member{Member: m, mu: &s.mu, name: m.Addr})
+	for i, m := range members {
+		s.members = append(s.members, &member{Member: m, mu: &s.mu, name: "#" + strconv.Itoa(i+1)})
 	}
 	for _, name := range allSeries {
 		s.series[name] = NewHistory(s.history)
@@ -174,6 +178,21 @@ func (m *member) open(ctx context.Context) {
 	if name != "" {
 		m.name = name
 	}
+}
+
+// Open makes every server's collector at once, so that Info knows them
+// before the first poll; a server that does not answer is left for the
+// polls to try again.
+func (s *Servers) Open(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, m := range s.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.open(ctx)
+		}()
+	}
+	wg.Wait()
 }
 
 // poll is the member's view at this poll.
@@ -316,7 +335,7 @@ func (s *Servers) Info() Info {
 	return out
 }
 
-// Names are the servers' names, in the order given (an address until the
+// Names are the servers' names, in the order given (#1, #2 … until the
 // server has answered once).
 func (s *Servers) Names() []string {
 	s.mu.Lock()

@@ -82,6 +82,10 @@ func TestServersWatchSeveralPools(t *testing.T) {
 	direct := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
 	w := collector.NewServers([]collector.Member{member(direct, a.Schema), member(proxy.Addr(), b.Schema), member(deadAddr, a.Schema)}, 100)
 	t.Cleanup(w.Close)
+	w.Open(ctx)
+	if info := w.Info(); info.Host != "3 servers" || info.Table != "mixed" || info.User == "" {
+		t.Errorf("info before the first poll %+v", info)
+	}
 
 	poll := func(timeout time.Duration) collector.Snapshot {
 		t.Helper()
@@ -94,7 +98,7 @@ func TestServersWatchSeveralPools(t *testing.T) {
 		return s
 	}
 	s := poll(10 * time.Second)
-	if len(s.Servers) != 3 || s.Servers[0].Server != "s1" || s.Servers[1].Server != proxy.Addr() {
+	if len(s.Servers) != 3 || s.Servers[0].Server != "s1" || s.Servers[1].Server != "#2" || s.Servers[1].Addr != proxy.Addr() {
 		t.Fatalf("servers %+v", s.Servers)
 	}
 	if !s.Servers[0].Reachable || !s.Servers[1].Reachable || s.Servers[2].Reachable || s.Servers[2].Error == "" {
@@ -103,7 +107,7 @@ func TestServersWatchSeveralPools(t *testing.T) {
 	if s.Pool.Unused != 495 || s.Pool.Pending != 5 {
 		t.Errorf("sums: unused %d pending %d, want 495 and 5", s.Pool.Unused, s.Pool.Pending)
 	}
-	if !hasAlert(s, collector.AlertServerUnreachable, deadAddr) {
+	if !hasAlert(s, collector.AlertServerUnreachable, "#3") {
 		t.Errorf("no server_unreachable alert for %s: %+v", deadAddr, s.Alerts)
 	}
 	if info := w.Info(); info.Host != "3 servers" || info.Table != "mixed" {
@@ -126,7 +130,7 @@ func TestServersWatchSeveralPools(t *testing.T) {
 	})
 	var down, back int
 	for _, e := range w.Events() {
-		if strings.HasPrefix(e.Text, collector.AlertServerUnreachable+": server "+proxy.Addr()) {
+		if strings.HasPrefix(e.Text, collector.AlertServerUnreachable+": server #2") {
 			switch e.Kind {
 			case collector.EventAlert:
 				down++

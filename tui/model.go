@@ -73,6 +73,9 @@ type (
 		err    error
 		series map[string][]collector.Point
 		events []collector.Event
+		// info is the source's, read after the poll (a watch over several
+		// servers learns theirs as they answer); nil from a replay.
+		info *collector.Info
 	}
 	knobMsg struct {
 		cfg workload.Config
@@ -217,6 +220,8 @@ func pollCmd(src Source, gen int, timeout time.Duration) tea.Cmd {
 			msg.series[n] = src.Series(n)
 		}
 		msg.events = src.Events()
+		info := src.Info()
+		msg.info = &info
 		return msg
 	}
 }
@@ -317,6 +322,9 @@ func (m *Model) apply(msg pollMsg) {
 	}
 	m.err = nil
 	m.polls++
+	if msg.info != nil {
+		m.info = *msg.info
+	}
 	snap := msg.snap
 	m.snap = &snap
 	m.series = msg.series

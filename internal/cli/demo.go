@@ -193,7 +193,7 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 		fmt.Fprintf(g.stderr, "pooltop demo (headless) %s; Ctrl-C stops it\n", on)
 		return runHeadless(ctx, g, src, &o.watch)
 	}
-	return tui.Run(ctx, tui.Options{Source: src, Knobs: st, Mode: "demo", Server: server, Interval: o.watch.interval,
+	return tui.Run(ctx, tui.Options{Source: src.source(), Knobs: st, Mode: "demo", Server: server, Interval: o.watch.interval,
 		Color: useColor(), Scenario: o.sc.Name, Actions: &demo.Actor{DB: d.pool, Engine: d.eng, Collector: col}})
 }
 

@@ -152,7 +152,7 @@ type poller interface {
 // tapped is the source as the dashboard and the headless loop poll it (a
 // collector, or collector.Servers over several): each snapshot also goes
 // to the metrics and the recording. Its other methods (Series, Events,
-// Info) are the source's, and Doctor the collector's where it has one.
+// Info) are the source's; source adds the collector's doctor.
 type tapped struct {
 	tui.Source
 	g       *globals
@@ -183,15 +183,24 @@ func (o *sinkOptions) tap(g *globals, col tui.Source, m *metricsServer, mode str
 	return t, nil
 }
 
-// Doctor checks the pool, where the source is one server's collector.
-func (t *tapped) Doctor(ctx context.Context, s collector.Snapshot) ([]collector.Check, error) {
-	d, ok := t.Source.(interface {
-		Doctor(context.Context, collector.Snapshot) ([]collector.Check, error)
-	})
-	if !ok {
-		return nil, errors.New("doctor checks one server at a time: run pooltop doctor --dsn with each server's DSN")
+// doctor is a source that can check its pool: one server's collector.
+type doctor interface {
+	Doctor(ctx context.Context, s collector.Snapshot) ([]collector.Check, error)
+}
+
+// doctoring is a tapped collector with its doctor, for the dashboard.
+type doctoring struct {
+	*tapped
+	doctor
+}
+
+// source is t as the dashboard takes it: with the doctor where the source
+// has one (not over several servers, where doctor is run per server).
+func (t *tapped) source() tui.Source {
+	if d, ok := t.Source.(doctor); ok {
+		return doctoring{t, d}
 	}
-	return d.Doctor(ctx, s)
+	return t
 }
 
 func (t *tapped) close() error {

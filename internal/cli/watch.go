@@ -171,6 +171,7 @@ func (o *watchOptions) run(ctx context.Context, g *globals) error {
 	if len(g.servers) > 0 {
 		several := o.watchServers(g)
 		defer several.Close()
+		several.Open(ctx)
 		col = several
 	} else {
 		one, err := collector.New(ctx, o.cfg)
@@ -188,7 +189,7 @@ func (o *watchOptions) run(ctx context.Context, g *globals) error {
 	if o.headless || !isTerminal() {
 		return runHeadless(ctx, g, src, o)
 	}
-	opts := tui.Options{Source: src, Mode: "watch", Interval: o.interval, Color: useColor()}
+	opts := tui.Options{Source: src.source(), Mode: "watch", Interval: o.interval, Color: useColor()}
 	if o.actions {
 		a, err := demo.WatchActor(ctx, o.cfg, g.dsnFrom(), col.(*collector.Collector))
 		if err != nil {
