@@ -86,6 +86,19 @@ func TestCommandsOnAPoolOverSeveralServers(t *testing.T) {
 		t.Fatal("watch printed a password")
 	}
 
+	// doctor checks each server under its name; one that does not answer
+	// fails the run after the others are checked.
+	doc := pooltop(t, "doctor", "--dsn", a, "--dsn", b, "--dsn", down)
+	if doc.code != exitError || !strings.Contains(doc.stdout, "== s1 ") || !strings.Contains(doc.stdout, "== s2 ") ||
+		!strings.Contains(doc.stdout, "== #3 ") || !strings.Contains(doc.stdout, "does not answer") ||
+		!strings.Contains(doc.stdout, "unused_index") || strings.Contains(doc.stdout+doc.stderr, ":pw@") || strings.Count(doc.stderr, "\n") != 1 {
+		t.Fatalf("doctor over two and one down: exit %d\n%s\n%s", doc.code, doc.stdout, doc.stderr)
+	}
+	docs := decode[[]map[string]any](t, pooltop(t, "doctor", "--json", "--dsn", a, "--dsn", b).stdout)
+	if len(docs) != 2 || docs[1]["server"] != "s2" || len(docs[1]["checks"].([]any)) < 5 {
+		t.Fatalf("doctor --json over two: %v", docs)
+	}
+
 	// Recorded over both and the down one, it replays with its rows; the
 	// metrics carry each server's figures under its name.
 	file := filepath.Join(t.TempDir(), "servers.ndjson")
@@ -128,7 +141,7 @@ func TestCommandsOnAPoolOverSeveralServers(t *testing.T) {
 		"one server left out":         {"seed", "--count", "5", "--dsn", a, "--dsn", c},
 		"a server of another pool":    {"verify", "--dsn", a, "--dsn", b, "--dsn", single},
 		"a server given twice":        {"verify", "--dsn", a, "--dsn", a},
-		"a command of one server":     {"doctor", "--dsn", a, "--dsn", b},
+		"a command of one server":     {"bench", "--dsn", a, "--dsn", b},
 		"actions over two":            {"watch", "--allow-actions", "--dsn", a, "--dsn", b},
 		"migrate leaving one out":     {"migrate", "--dsn", a, "--dsn", c},
 		"one server seeded by itself": {"seed", "--count", "5", "--dsn", b},

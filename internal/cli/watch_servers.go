@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
@@ -38,17 +39,34 @@ func (o *watchOptions) watchServers(g *globals) *collector.Servers {
 			if err != nil {
 				return nil, "", err
 			}
-			name := ""
-			if pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: dsn, From: "--dsn", Schema: g.schema, AppName: "pooltop-watch", MaxConns: 1}); err == nil {
-				if m, err := engine.New(pool).ReadMark(ctx); err == nil {
-					name = m.Name
-				}
-				pool.Close()
-			}
-			return col, name, nil
+			return col, readMarkName(ctx, g, dsn), nil
 		}}
 	}
 	return collector.NewServers(members, collector.DefaultHistory)
+}
+
+// readMarkName is the server's name in its pool's mark, "" where it has
+// none or cannot be read.
+func readMarkName(ctx context.Context, g *globals, dsn string) string {
+	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: dsn, From: "--dsn", Schema: g.schema, AppName: "pooltop-watch", MaxConns: 1})
+	if err != nil {
+		return ""
+	}
+	defer pool.Close()
+	m, err := engine.New(pool).ReadMark(ctx)
+	if err != nil {
+		return ""
+	}
+	return m.Name
+}
+
+// markName is the server's name as watch and doctor show it: its mark, or
+// its place in the list (#3) where it has none.
+func markName(ctx context.Context, g *globals, dsn string, i int) string {
+	if name := readMarkName(ctx, g, dsn); name != "" {
+		return name
+	}
+	return "#" + strconv.Itoa(i+1)
 }
 
 // serverRows are the text lines of each server of a snapshot over several
