@@ -614,6 +614,14 @@ INSERT INTO resource_pool (id, identifier)
 SELECT n, 'res-' || lpad(n::text, greatest(10, length(n::text)), '0') FROM unnest($1::bigint[]) AS n
 ON CONFLICT DO NOTHING`
 
+// sqlTopID is the highest id a server has had: its highest id, or its id
+// sequence's last value where a reset emptied the pool past it (see
+// ResetPool), so that no id comes back.
+const sqlTopID = `
+SELECT greatest(coalesce(max(id), 0),
+                coalesce(pg_sequence_last_value(pg_get_serial_sequence('resource_pool', 'id')::regclass), 0))
+FROM resource_pool`
+
 // serversSeedChunk is how many new ids one round of Seed places.
 const serversSeedChunk = 100_000
 
@@ -636,7 +644,7 @@ func (s *Servers) seed(ctx context.Context, count int, analyze bool) (map[string
 			return nil, fmt.Errorf("seed: %s: %w: a seed places ids on every server; start it, or seed when it is back", m.Addr, err)
 		}
 		var hi int64
-		if err := m.Eng.db.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM resource_pool`).Scan(&hi); err != nil {
+		if err := m.Eng.db.QueryRow(ctx, sqlTopID).Scan(&hi); err != nil {
 			return nil, fmt.Errorf("seed: %s: %w", m.Addr, dbError("read the highest id", err))
 		}
 		top = max(top, hi)
@@ -863,4 +871,84 @@ func PlanMarks(have []ServerMark, addrs []string) ([]ServerMark, error) {
 		out[i] = ServerMark{Pool: pool, Name: name, Servers: total}
 	}
 	return out, nil
+}
+
+// MarkNew marks fresh servers, each just migrated, as one new pool (s1,
+// s2 … in the order given) and opens it: the throwaway servers of the
+// demo, chaos and bench.
+func MarkNew(ctx context.Context, targets []Target) (*Servers, error) {
+	addrs := make([]string, len(targets))
+	for i, t := range targets {
+		addrs[i] = t.Addr
+	}
+	marks, err := PlanMarks(make([]ServerMark, len(targets)), addrs)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range targets {
+		if err := t.Eng.WriteMark(ctx, marks[i]); err != nil {
+			return nil, err
+		}
+	}
+	return OpenServers(ctx, targets)
+}
+
+// ResetPool empties the pool on every server, as Engine.ResetPool does on
+// one: refused while another holder has a live lease or another work
+// process beats on any server. Every server must answer; each is checked
+// before any is emptied. The id sequences are left past the ids emptied,
+// and Seed numbers on from them, so an id (and its tokens) never comes
+// back.
+func (s *Servers) ResetPool(ctx context.Context, ours string) error {
+	for _, m := range s.members {
+		if err := s.Reach(ctx, m); err != nil {
+			return fmt.Errorf("reset: %s: %w: a reset empties every server; start it, or reset when it is back", m.Addr, err)
+		}
+	}
+	// Every server is locked and checked before any is emptied, so that
+	// a refusal on one leaves them all as they were.
+	txs := make([]pgx.Tx, 0, len(s.members))
+	defer func() {
+		for _, tx := range txs {
+			_ = tx.Rollback(ctx)
+		}
+	}()
+	seqs := make([]string, len(s.members))
+	for i, m := range s.members {
+		tx, err := m.Eng.db.Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("reset: server %s: %w", m.Name(), err)
+		}
+		txs = append(txs, tx)
+		if seqs[i], err = lockForReset(ctx, tx, ours); err != nil {
+			return fmt.Errorf("server %s: %w", m.Name(), err)
+		}
+	}
+	for i, m := range s.members {
+		if err := emptyLocked(ctx, txs[i], seqs[i]); err != nil {
+			return fmt.Errorf("server %s: %w", m.Name(), err)
+		}
+	}
+	for i, m := range s.members {
+		if err := txs[i].Commit(ctx); err != nil {
+			return fmt.Errorf("reset: server %s: %w (the servers before it are emptied: reset again)", m.Name(), err)
+		}
+	}
+	return nil
+}
+
+// Size is the number of ids in the pool, over every server that answers.
+func (s *Servers) Size(ctx context.Context) (int64, error) {
+	var total int64
+	for _, m := range s.members {
+		var n int64
+		if err := m.Eng.db.QueryRow(ctx, "SELECT count(*) FROM resource_pool").Scan(&n); err != nil {
+			if Unreachable(err) {
+				continue
+			}
+			return 0, fmt.Errorf("server %s: %w", m.Name(), dbError("count the pool", err))
+		}
+		total += n
+	}
+	return total, nil
 }

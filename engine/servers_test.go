@@ -92,15 +92,14 @@ func TestOwnerSpreadsAndIsStable(t *testing.T) {
 }
 
 // servers builds a pool over the given schemas of the test server, each
-// standing for a server, marked by PlanMarks as migrate marks them.
+// standing for a fresh server, marked as one new pool.
 func servers(t *testing.T, ctx context.Context, schemas ...string) (*engine.Servers, []engine.Target) {
 	t.Helper()
 	var targets []engine.Target
 	for _, s := range schemas {
 		targets = append(targets, engine.Target{Addr: "schema " + s, Eng: engine.New(pgtest.Pool(t, s, pgtest.Options{}))})
 	}
-	mark(t, ctx, targets)
-	s, err := engine.OpenServers(ctx, targets)
+	s, err := engine.MarkNew(ctx, targets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,4 +368,55 @@ func TestServersGoOnWhileOneIsStoppedHard(t *testing.T) {
 		}
 		return len(total.Violations) == 0
 	})
+}
+
+// A reset over several servers is refused, leaving every server as it
+// was, while another holder has a live lease on any of them; once that
+// lease ends it empties them all, and the next seed numbers past every id
+// the pool had, so no id and no token comes back.
+func TestServersResetPool(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	one, two := pgtest.MigratedSchema(t), pgtest.MigratedSchema(t)
+	s, _ := servers(t, ctx, one, two)
+	if _, err := s.Seed(ctx, 200); err != nil {
+		t.Fatal(err)
+	}
+	var top int64
+	for _, sc := range []string{one, two} {
+		for id := range ids(t, ctx, sc) {
+			top = max(top, id)
+		}
+	}
+	ls, err := s.LeaseAcquire(ctx, &engine.LeaseAcquireParams{Holder: "someone-else", TTL: time.Minute, N: 1})
+	if err != nil || len(ls) != 1 {
+		t.Fatal(ls, err)
+	}
+	err = s.ResetPool(ctx, "ours")
+	if !errors.Is(err, engine.ErrResetRefused) || !strings.Contains(err.Error(), "server "+ls[0].Server) {
+		t.Fatalf("reset with another holder's lease on %s: %v", ls[0].Server, err)
+	}
+	if n, err := s.Size(ctx); err != nil || n != 200 {
+		t.Fatalf("after a refused reset the pool holds %d ids (%v), want the 200", n, err)
+	}
+	if _, err := s.LeaseRelease(ctx, &engine.LeaseReleaseParams{Server: ls[0].Server, ID: ls[0].ID, Token: ls[0].Token}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ResetPool(ctx, "ours"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Size(ctx); err != nil || n != 0 {
+		t.Fatalf("after the reset the pool holds %d ids (%v)", n, err)
+	}
+	if _, err := s.Seed(ctx, 50); err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range []string{one, two} {
+		for id := range ids(t, ctx, sc) {
+			if id <= top {
+				t.Fatalf("id %d came back after the reset (the pool had ids up to %d)", id, top)
+			}
+		}
+	}
 }

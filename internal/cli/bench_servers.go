@@ -62,8 +62,6 @@ func (o *benchOptions) measureServers(ctx context.Context, g *globals, n int) ([
 	}()
 	maxConns := int32(min(slices.Max(o.counts), o.maxConns))
 	var targets []engine.Target
-	marks := make([]engine.ServerMark, n)
-	var addrs []string
 	var samplers []*servercost.Sampler
 	for _, s := range srvs {
 		pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: s.DSN(), From: "--servers", Schema: g.schema, AppName: "pooltop-bench", MaxConns: maxConns, RTT: o.rtt})
@@ -77,17 +75,9 @@ func (o *benchOptions) measureServers(ctx context.Context, g *globals, n int) ([
 		}
 		defer sm.Close()
 		addr := fmt.Sprintf("127.0.0.1:%d", s.Port())
-		targets, addrs, samplers = append(targets, engine.Target{Addr: addr, Eng: engine.New(pool)}), append(addrs, addr), append(samplers, sm)
+		targets, samplers = append(targets, engine.Target{Addr: addr, Eng: engine.New(pool)}), append(samplers, sm)
 	}
-	if marks, err = engine.PlanMarks(marks, addrs); err != nil {
-		return nil, err
-	}
-	for i, t := range targets {
-		if err := t.Eng.WriteMark(ctx, marks[i]); err != nil {
-			return nil, err
-		}
-	}
-	servers, err := engine.OpenServers(ctx, targets)
+	servers, err := engine.MarkNew(ctx, targets)
 	if err != nil {
 		return nil, err
 	}

@@ -74,8 +74,6 @@ func (o *chaosOptions) runServers(ctx context.Context, g *globals) error {
 		}
 	}()
 	var targets []engine.Target
-	var marks []engine.ServerMark
-	var addrs []string
 	for _, s := range srvs {
 		pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: s.DSN(), From: "--servers", Schema: g.schema, AppName: "pooltop-chaos", MaxConns: 16})
 		if err != nil {
@@ -83,17 +81,9 @@ func (o *chaosOptions) runServers(ctx context.Context, g *globals) error {
 		}
 		defer pool.Close()
 		addr := fmt.Sprintf("127.0.0.1:%d", s.Port())
-		targets, marks, addrs = append(targets, engine.Target{Addr: addr, Eng: engine.New(pool)}), append(marks, engine.ServerMark{}), append(addrs, addr)
+		targets = append(targets, engine.Target{Addr: addr, Eng: engine.New(pool)})
 	}
-	if marks, err = engine.PlanMarks(marks, addrs); err != nil {
-		return err
-	}
-	for i, t := range targets {
-		if err := t.Eng.WriteMark(ctx, marks[i]); err != nil {
-			return err
-		}
-	}
-	servers, err := engine.OpenServers(ctx, targets)
+	servers, err := engine.MarkNew(ctx, targets)
 	if err != nil {
 		return err
 	}
@@ -102,7 +92,7 @@ func (o *chaosOptions) runServers(ctx context.Context, g *globals) error {
 	}
 	last := len(srvs) - 1
 	fmt.Fprintf(g.stderr, "chaos: %s for %v on %d ids over %d servers; server %s stopped hard from %v to %v\n",
-		o.sc.Name, o.duration, o.poolSize, o.servers, marks[last].Name, (o.duration / 3).Round(time.Millisecond), (2 * o.duration / 3).Round(time.Millisecond))
+		o.sc.Name, o.duration, o.poolSize, o.servers, engine.ServerName(last+1), (o.duration / 3).Round(time.Millisecond), (2 * o.duration / 3).Round(time.Millisecond))
 	sum, err := workload.ServerStop{
 		Servers: servers, Stopped: last, Halt: srvs[last].Halt, Resume: srvs[last].Resume,
 		Scenario: o.sc, Duration: o.duration, Seed: o.seed, Override: o.override,
