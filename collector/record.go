@@ -102,26 +102,7 @@ func (c *Collector) record(s *Snapshot, gen int) {
 				alpha := math.Max(1-math.Exp(-dt/burnTau.Seconds()), 1/float64(c.burnSamples))
 				c.burn += alpha * (inst - c.burn)
 			}
-			if cur.haveWorkload && p.haveWorkload {
-				if r, ok := rate(cur.acquired, p.acquired); ok {
-					s.AcquiresPerS = &r
-				}
-				if r, ok := rate(cur.committed, p.committed); ok {
-					s.CommitsPerS = &r
-				}
-				if d := cur.reclaimed - p.reclaimed; d > 0 {
-					count(EventReclaimed, d)
-				}
-				if d := cur.fenced - p.fenced; d > 0 {
-					count(EventFenced, d)
-				}
-				if d := cur.double - p.double; d > 0 {
-					count(EventDouble, d)
-				}
-				if d := cur.crashes - p.crashes; d > 0 {
-					count(EventCrash, d)
-				}
-			}
+			workloadRates(s, cur, p, dt, count)
 		}
 	} else {
 		c.burn, c.burnSamples = 0, 0
@@ -152,6 +133,40 @@ func (c *Collector) record(s *Snapshot, gen int) {
 		c.events.add(e)
 	}
 	s.Events = events
+}
+
+// workloadRates sets the workload's claim and commit rates since p, the
+// previous poll dt seconds before, and counts its reclaims, rejections,
+// double finalizations and crashes as events: the live collector and a
+// watch over several servers (whose workload runs over them all) share it.
+func workloadRates(s *Snapshot, cur, p *raw, dt float64, count func(EventKind, int64)) {
+	if !cur.haveWorkload || !p.haveWorkload || dt <= 0 {
+		return
+	}
+	rate := func(now, before int64) (float64, bool) {
+		if now < before {
+			return 0, false // reset
+		}
+		return float64(now-before) / dt, true
+	}
+	if r, ok := rate(cur.acquired, p.acquired); ok {
+		s.AcquiresPerS = &r
+	}
+	if r, ok := rate(cur.committed, p.committed); ok {
+		s.CommitsPerS = &r
+	}
+	if d := cur.reclaimed - p.reclaimed; d > 0 {
+		count(EventReclaimed, d)
+	}
+	if d := cur.fenced - p.fenced; d > 0 {
+		count(EventFenced, d)
+	}
+	if d := cur.double - p.double; d > 0 {
+		count(EventDouble, d)
+	}
+	if d := cur.crashes - p.crashes; d > 0 {
+		count(EventCrash, d)
+	}
 }
 
 // rawOf is what a snapshot says of the counters between polls.

@@ -1,7 +1,9 @@
 package collector
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -125,12 +127,23 @@ const retryOpen = 5 * time.Second
 // again, and the others go on. Safe for use from several goroutines.
 type Servers struct {
 	members []*member
-	history int
+	cfg     ServersConfig
 
-	mu     sync.Mutex
-	series map[string]*History
-	events *eventLog
-	prev   *raw
+	mu        sync.Mutex
+	series    map[string]*History
+	events    *eventLog
+	prev      *raw
+	gen       int  // bumped by Reset and Suspend: a poll begun before is not recorded
+	suspended bool // no poll is recorded until the next Reset
+}
+
+// ServersConfig configures Servers. Zero fields take defaults.
+type ServersConfig struct {
+	// History is the points kept as polled, as Config.History.
+	History int
+	// Workload, when set, is the workload running over the servers (the
+	// demo): its figures go with each merged snapshot, not the servers'.
+	Workload WorkloadSource
 }
 
 // member is a Member and its collector, while it has one.
@@ -145,18 +158,18 @@ type member struct {
 	info    Info
 }
 
-// NewServers watches members; history is the points kept as polled, as
-// Config.History. No server is reached before Open or the first Poll. A
+// NewServers watches members. No server is reached before Open or the first Poll. A
 // server is named by its mark (s1, s2 …) once it has answered, and until
 // then, or where it has none (separate pools), by its place in the list:
 // #1, #2 ….
-func NewServers(members []Member, history int) *Servers {
-	s := &Servers{history: max(history, 1), events: newEventLog(200), series: map[string]*History{}}
+func NewServers(members []Member, cfg ServersConfig) *Servers {
+	cfg.History = cmp.Or(cfg.History, DefaultHistory)
+	s := &Servers{cfg: cfg, events: newEventLog(200), series: map[string]*History{}}
 	for i, m := range members {
 		s.members = append(s.members, &member{Member: m, mu: &s.mu, name: "#" + strconv.Itoa(i+1)})
 	}
 	for _, name := range allSeries {
-		s.series[name] = NewHistory(s.history)
+		s.series[name] = NewHistory(cfg.History)
 	}
 	return s
 }
@@ -226,6 +239,9 @@ func oneLine(s string) string {
 // (the snapshot still says which and why).
 func (s *Servers) Poll(ctx context.Context) (Snapshot, error) {
 	start := time.Now()
+	s.mu.Lock()
+	gen := s.gen
+	s.mu.Unlock()
 	views := make([]ServerView, len(s.members))
 	var wg sync.WaitGroup
 	for i, m := range s.members {
@@ -246,16 +262,26 @@ func (s *Servers) Poll(ctx context.Context) (Snapshot, error) {
 	if len(why) == len(views) {
 		return snap, fmt.Errorf("no server answers: %s", strings.Join(why, "; "))
 	}
-	s.record(&snap)
+	if w := s.cfg.Workload; w != nil {
+		if _, err := w.RefreshLeaked(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			snap.Limits = append(snap.Limits, "workload: leaked ids not checked: "+err.Error())
+		}
+		ws := w.Snapshot()
+		snap.Workload = &ws
+	}
+	s.record(&snap, gen)
 	return snap, nil
 }
 
 // record adds the merged snapshot to the series and the servers' events
 // to the log, each named by its server, with an event when a server stops
 // or starts answering.
-func (s *Servers) record(snap *Snapshot) {
+func (s *Servers) record(snap *Snapshot, gen int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if gen != s.gen || s.suspended {
+		return // begun before a reset, or while the pool is being rebuilt
+	}
 	var events []Event
 	for i, v := range snap.Servers {
 		m := s.members[i]
@@ -277,14 +303,59 @@ func (s *Servers) record(snap *Snapshot) {
 			events = append(events, e)
 		}
 	}
+	cur := rawOf(snap)
+	if s.prev != nil {
+		workloadRates(snap, cur, s.prev, cur.at.Sub(s.prev.at).Seconds(), func(kind EventKind, n int64) {
+			events = append(events, countEvent(snap.Time, kind, n))
+		})
+	}
 	sort.SliceStable(events, func(i, j int) bool { return events[i].Time.Before(events[j].Time) })
 	for _, e := range events {
 		s.events.add(e)
 	}
 	snap.Events = events
-	cur := rawOf(snap)
 	addPoints(snap, cur, s.prev, func(name string, v float64) { s.series[name].Add(Point{snap.Time, v}) })
 	s.prev = cur
+}
+
+// Note logs an event that happened outside the databases: a knob turned,
+// a scenario started.
+func (s *Servers) Note(kind EventKind, text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events.add(Event{Time: time.Now(), Kind: kind, Text: text})
+}
+
+// Reset starts the figures again, on every server and for the whole (see
+// Collector.Reset).
+func (s *Servers) Reset(rebuilt bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	s.suspended = false
+	for name := range s.series {
+		s.series[name] = NewHistory(s.cfg.History)
+	}
+	s.prev = nil
+	for _, m := range s.members {
+		if m.col != nil {
+			m.col.Reset(rebuilt)
+		}
+	}
+}
+
+// Suspend stops recording polls until the next Reset, on every server
+// (see Collector.Suspend).
+func (s *Servers) Suspend() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	s.suspended = true
+	for _, m := range s.members {
+		if m.col != nil {
+			m.col.Suspend()
+		}
+	}
 }
 
 // Series returns a copy of one series of the whole, oldest first.

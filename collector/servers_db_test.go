@@ -80,7 +80,7 @@ func TestServersWatchSeveralPools(t *testing.T) {
 		}}
 	}
 	direct := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
-	w := collector.NewServers([]collector.Member{member(direct, a.Schema), member(proxy.Addr(), b.Schema), member(deadAddr, a.Schema)}, 100)
+	w := collector.NewServers([]collector.Member{member(direct, a.Schema), member(proxy.Addr(), b.Schema), member(deadAddr, a.Schema)}, collector.ServersConfig{History: 100})
 	t.Cleanup(w.Close)
 	w.Open(ctx)
 	if info := w.Info(); info.Host != "3 servers" || info.Table != "mixed" || info.User == "" {
@@ -144,7 +144,7 @@ func TestServersWatchSeveralPools(t *testing.T) {
 	}
 
 	// No server answers: the poll fails and says why.
-	none := collector.NewServers([]collector.Member{member(deadAddr, a.Schema)}, 10)
+	none := collector.NewServers([]collector.Member{member(deadAddr, a.Schema)}, collector.ServersConfig{History: 10})
 	t.Cleanup(none.Close)
 	_, err = none.Poll(ctx)
 	if err == nil || !strings.Contains(err.Error(), "no server answers") || errors.Is(err, context.DeadlineExceeded) {

@@ -160,8 +160,12 @@ func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 			return nil, err
 		}
 		if mark.Servers > 1 {
-			return nil, usageError{fmt.Errorf("%s is server %s of pool %s, which spans %d servers; %s runs on the whole pool: give every server's --dsn (migrate, seed, verify and lease take several)",
-				serverAddr(d.dsn), mark.Name, mark.Pool, mark.Servers, strings.TrimPrefix(o.appName, "pooltop-"))}
+			what := strings.TrimPrefix(o.appName, "pooltop-")
+			if what == "workload" {
+				what = "the workload"
+			}
+			return nil, usageError{fmt.Errorf("%s is server %s of pool %s, which spans %d servers; %s runs on the whole pool: give every server's --dsn, --dsn once for each (or --dsn-file)",
+				serverAddr(d.dsn), mark.Name, mark.Pool, mark.Servers, what)}
 		}
 	}
 	if d.embedded != nil && o.seedEmbedded > 0 {

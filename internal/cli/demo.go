@@ -27,8 +27,10 @@ type demoOptions struct {
 	maxConns int
 	// partitions: create the pool hash-partitioned on id in this many partitions.
 	partitions int
-	reaper     engine.ReaperConfig
-	watch      watchOptions
+	// servers: run on a pool over this many throwaway servers.
+	servers int
+	reaper  engine.ReaperConfig
+	watch   watchOptions
 
 	cfg workload.Config   // the workload's, made by validate
 	sc  workload.Scenario // the scenario it starts with
@@ -41,6 +43,7 @@ func (o *demoOptions) addFlags(c *cobra.Command, g *globals) {
 	f.StringVar(&o.scenario, "scenario", "healthy", "the scenario preset to start with (see pooltop chaos --help)")
 	f.IntVar(&o.maxConns, "max-conns", 16, "connections the workers share")
 	partitionsFlag(c, &o.partitions)
+	f.IntVar(&o.servers, "servers", 0, "run the demo on a pool over this many throwaway servers (2..8): claims spread over them, one reaper reaps each, and the dashboard shows a row per server (or give --dsn once per server of a pool pooltop migrate made)")
 	f.DurationVar(&o.reaper.Interval, "reaper-interval", time.Second, "time between reaper passes")
 	f.IntVar(&o.reaper.Batch, "reaper-batch", 1000, "rows per reaper statement")
 	f.DurationVar(&o.reaper.Grace, "reaper-grace", 0, "reclaim only leases expired for longer than this")
@@ -65,6 +68,9 @@ func (o *demoOptions) validate(g *globals) error {
 		return usageError{fmt.Errorf("--max-conns %d: between 1 and 256", o.maxConns)}
 	}
 	if err := checkPartitionsFlag(o.partitions); err != nil {
+		return err
+	}
+	if err := o.validateServers(g); err != nil {
 		return err
 	}
 	sc, err := workload.ScenarioByName(o.scenario)
@@ -108,6 +114,9 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer metrics.close()
+	if o.servers > 0 || len(g.servers) > 0 {
+		return o.runServers(ctx, g, metrics)
+	}
 	d, err := g.open(ctx, openOptions{appName: "pooltop-workload", maxConns: int32(o.maxConns), write: true, migrate: true, load: true, partitions: o.partitions})
 	if err != nil {
 		return err
@@ -118,7 +127,7 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM resource_pool").Scan(&existing); err != nil {
 		return fmt.Errorf("count the pool: %w", err)
 	}
-	st := &demo.Stage{DB: d.pool, Engine: d.eng, Size: o.poolSize, Rebuild: d.embedded != nil || !g.allowWrites}
+	st := &demo.Stage{Pool: demo.OneServer(d.pool, d.eng), Size: o.poolSize, Rebuild: d.embedded != nil || !g.allowWrites}
 	if err := st.Check(cfg); err != nil {
 		return usageError{err}
 	}
@@ -157,13 +166,35 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 	defer col.Close()
 	defer wl.Stop()
 	st.Workload, st.Collector = wl, col
-	src, err := o.watch.sink.tap(g, col, metrics, "demo", o.watch.interval)
+	show := demoShow{stage: st, col: col, metrics: metrics, rest: rest,
+		actions: &demo.Actor{DB: d.pool, Engine: d.eng, Collector: col}, on: "on " + g.redact(d.dsn)}
+	if d.embedded != nil {
+		show.server = fmt.Sprintf("embedded 127.0.0.1:%d", d.embedded.Port())
+		show.on = "on the throwaway server, DATABASE_URL=" + d.dsn
+	}
+	return o.show(ctx, g, show)
+}
+
+// demoShow is what the demo shows, once its pool and workload are made.
+type demoShow struct {
+	stage   *demo.Stage
+	col     tui.Source // the collector, or collector.Servers
+	metrics *metricsServer
+	rest    int         // ids still to seed behind the first figures
+	actions tui.Actions // nil over several servers
+	server  string      // the header's server, when it is the demo's own
+	on      string      // where the demo runs, for the headless banner
+}
+
+// show taps the source for --listen and --record, starts the workers once
+// the first poll has returned and the pool holds all its ids, and runs the
+// dashboard, or the headless lines.
+func (o *demoOptions) show(ctx context.Context, g *globals, d demoShow) error {
+	src, err := o.watch.sink.tap(g, d.col, d.metrics, "demo", o.watch.interval)
 	if err != nil {
 		return err
 	}
 	defer src.close()
-	// The workers start once the first poll has returned and the pool
-	// holds all its ids.
 	var starter sync.WaitGroup
 	defer starter.Wait() // before the workload stops and the pool closes
 	ctx, cancel := context.WithCancel(ctx)
@@ -171,30 +202,21 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 	polled := make(chan struct{})
 	src.afterFirst = func() { close(polled) }
 	starter.Go(func() {
-		if rest > 0 {
-			_ = st.Grow(ctx, rest, demoFirstSeed)
+		if d.rest > 0 {
+			_ = d.stage.Grow(ctx, d.rest, demoFirstSeed)
 		}
 		select {
 		case <-polled:
-			wl.Start(ctx)
+			d.stage.Workload.Start(ctx)
 		case <-ctx.Done():
 		}
 	})
-
-	server := ""
-	if d.embedded != nil {
-		server = fmt.Sprintf("embedded 127.0.0.1:%d", d.embedded.Port())
-	}
 	if o.watch.headless || !isTerminal() {
-		on := "on " + g.redact(d.dsn)
-		if d.embedded != nil {
-			on = "on the throwaway server, DATABASE_URL=" + d.dsn
-		}
-		fmt.Fprintf(g.stderr, "pooltop demo (headless) %s; Ctrl-C stops it\n", on)
+		fmt.Fprintf(g.stderr, "pooltop demo (headless) %s; Ctrl-C stops it\n", d.on)
 		return runHeadless(ctx, g, src, &o.watch)
 	}
-	return tui.Run(ctx, tui.Options{Source: src.source(), Knobs: st, Mode: "demo", Server: server, Interval: o.watch.interval,
-		Color: useColor(), Scenario: o.sc.Name, Actions: &demo.Actor{DB: d.pool, Engine: d.eng, Collector: col}})
+	return tui.Run(ctx, tui.Options{Source: src.source(), Knobs: d.stage, Mode: "demo", Server: d.server, Interval: o.watch.interval,
+		Color: useColor(), Scenario: o.sc.Name, Actions: d.actions})
 }
 
 // checkVacuumOff refuses a start with autovacuum off (the vacuum-off story)

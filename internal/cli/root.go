@@ -150,7 +150,7 @@ func version() string {
 }
 
 func newRootCmd(g *globals) *cobra.Command {
-	root := g.command(&demoOptions{}, &cobra.Command{
+	root := onServers(g.command(&demoOptions{}, &cobra.Command{
 		Use:   "pooltop",
 		Short: "A lease engine and live dashboard for a PostgreSQL resource pool",
 		Long: `pooltop runs and shows a PostgreSQL resource pool: workers claim ids with
@@ -161,7 +161,8 @@ With no command, pooltop starts the demo: a private PostgreSQL (unless --dsn
 is given), the schema, a pool of ids, a simulated fleet of workers with its
 reaper, and the dashboard (keys: ? for help, 1-8 and ! @ # $ % ^ & (shift+1
 to shift+7) scenarios, q to quit).
-pooltop watch shows an existing pool read-only.
+pooltop watch shows an existing pool read-only. --servers N runs the demo
+on a pool over N throwaway servers (or --dsn once per server of yours).
 
 Scenarios (their key in the demo, --scenario here and in chaos):
 ` + scenarioList() + `
@@ -180,14 +181,14 @@ psql.
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		SilenceErrors:     true,
 		Args:              cobra.NoArgs,
-	})
+	}))
 	root.Version = version()
 	root.SetVersionTemplate("pooltop {{.Version}}\n")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w: see '%s --help'", err, cmd.CommandPath())}
 	})
 	pf := root.PersistentFlags()
-	pf.StringArrayVar(&g.dsns, "dsn", nil, "PostgreSQL URL or key=value string; watch, verify, doctor, migrate, seed and lease default to $DATABASE_URL, then the PG* variables; the demo, bench and chaos never read those: without --dsn they start an embedded server (work needs --dsn); give it once per server for a pool over several servers (migrate, seed, verify, lease, work, watch, doctor)")
+	pf.StringArrayVar(&g.dsns, "dsn", nil, "PostgreSQL URL or key=value string; watch, verify, doctor, migrate, seed and lease default to $DATABASE_URL, then the PG* variables; the demo, bench and chaos never read those: without --dsn they start an embedded server (work needs --dsn); give it once per server for a pool over several servers (migrate, seed, verify, lease, work, watch, doctor, the demo)")
 	pf.StringVar(&g.dsnFile, "dsn-file", "", "a file of DSNs, one per line (# starts a comment): the servers of a pool over several, as --dsn given once for each")
 	pf.StringVar(&g.schema, "schema", "public", "schema that holds the pool")
 	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g), newBenchCmd(g), newChaosCmd(g), newVerifyCmd(g), newWatchCmd(g), newDoctorCmd(g), newWorkCmd(g), newReplayCmd(g), newAlertsCmd(g))

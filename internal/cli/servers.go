@@ -60,12 +60,13 @@ func (g *globals) settleDSNs(cmd *cobra.Command) error {
 		}
 	}
 	for c := cmd; c != nil; c = c.Parent() {
-		if c.Annotations[serversAnnotation] == "yes" {
+		// The root (the demo) takes several for itself, not for its commands.
+		if c.Annotations[serversAnnotation] == "yes" && (c == cmd || c.HasParent()) {
 			g.servers = dsns
 			return nil
 		}
 	}
-	return usageError{fmt.Errorf("%s takes one server; %d were given: a pool over several servers is set up and worked with migrate, seed, verify, lease, work and watch --headless",
+	return usageError{fmt.Errorf("%s takes one server; %d were given: a pool over several servers is set up and worked with migrate, seed, verify, lease, work, watch, doctor and the demo",
 		cmd.CommandPath(), len(dsns))}
 }
 

@@ -279,3 +279,63 @@ func TestBenchOverServers(t *testing.T) {
 		t.Fatalf("bench --servers 0: exit %d, %q", r.code, r.stderr)
 	}
 }
+
+// The demo runs over several servers: on throwaway ones (--servers) and on
+// a pool pooltop made over the servers --dsn names. Its workload claims on
+// every server, the snapshots carry a row per server and the workload's
+// figures, and the pool's invariants hold on every server afterwards.
+func TestDemoOverServers(t *testing.T) {
+	t.Parallel()
+	// demo runs the demo headless and returns its recorded snapshots.
+	demo := func(t *testing.T, args ...string) string {
+		t.Helper()
+		file := filepath.Join(t.TempDir(), "demo.ndjson")
+		r := pooltop(t, append(args, "--headless", "--count", "16", "--interval", "250ms", "--record", file)...)
+		if r.code != exitOK {
+			t.Fatalf("demo %v: exit %d: %s", args, r.code, r.stderr)
+		}
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(string(raw), "\n") // after the header
+		return rest
+	}
+	sawAll := func(t *testing.T, out string, n int) {
+		t.Helper()
+		var last collector.Snapshot
+		consumed := map[string]bool{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			last = decode[collector.Snapshot](t, line)
+			for _, v := range last.Servers {
+				if v.Reachable && v.Snapshot.Pool.Consumed > 0 {
+					consumed[v.Server] = true
+				}
+			}
+		}
+		if len(last.Servers) != n || last.Workload == nil || last.Workload.Committed == 0 || len(consumed) != n {
+			t.Fatalf("the demo over %d servers: last snapshot %d servers, workload %+v; servers with ids consumed %v", n, len(last.Servers), last.Workload, consumed)
+		}
+	}
+	sawAll(t, demo(t, "--servers", "2", "--pool-size", "4000"), 2)
+
+	a, b := emptyDB(t), emptyDB(t)
+	pooltop(t, "migrate", "--dsn", a, "--dsn", b).must(t)
+	pooltop(t, "seed", "--count", "3000", "--dsn", a, "--dsn", b).must(t)
+	sawAll(t, demo(t, "--dsn", a, "--dsn", b), 2)
+	if v := pooltop(t, "verify", "--dsn", a, "--dsn", b); v.code != exitOK {
+		t.Fatalf("verify after the demo: exit %d: %s%s", v.code, v.stdout, v.stderr)
+	}
+
+	for name, args := range map[string][]string{
+		"one server":              {"--servers", "1"},
+		"throwaway and --dsn":     {"--servers", "2", "--dsn", a},
+		"a new partitioned pool":  {"--dsn", a, "--dsn", b, "--partitions", "4"},
+		"one server of the pool":  {"--dsn", a, "--headless", "--count", "1"},
+		"a server of no pool yet": {"--dsn", a, "--dsn", emptyDB(t), "--headless", "--count", "1"},
+	} {
+		if r := pooltop(t, args...); r.code == exitOK || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("%s: exit %d, stderr %q: want a non-zero exit and one line", name, r.code, r.stderr)
+		}
+	}
+}

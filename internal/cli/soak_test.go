@@ -45,7 +45,7 @@ func BenchmarkHourOfPolls(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer col.Close()
-	var m tea.Model = tui.New(tui.Options{Source: col, Knobs: &demo.Stage{DB: engine.WrapPool(pool), Engine: eng, Workload: wl, Collector: col}, Mode: "demo"})
+	var m tea.Model = tui.New(tui.Options{Source: col, Knobs: &demo.Stage{Pool: demo.OneServer(engine.WrapPool(pool), eng), Workload: wl, Collector: col}, Mode: "demo"})
 	m, _ = m.Update(tea.WindowSizeMsg{Width: 200, Height: 60})
 	poll := m.Init()
 	for i := 0; i < b.N; i++ {

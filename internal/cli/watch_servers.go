@@ -42,7 +42,7 @@ func (o *watchOptions) watchServers(g *globals) *collector.Servers {
 			return col, readMarkName(ctx, g, dsn), nil
 		}}
 	}
-	return collector.NewServers(members, collector.DefaultHistory)
+	return collector.NewServers(members, collector.ServersConfig{})
 }
 
 // readMarkName is the server's name in its pool's mark, "" where it has

@@ -19,10 +19,9 @@ import (
 // is its own: the ids leaked or finalized twice before belong to the
 // scenario that made them.
 type Stage struct {
-	DB        *engine.Pool // the workload's pool, on the demo's schema
-	Engine    *engine.Engine
+	Pool      Pool // the pool the workload runs on: one server's, or several
 	Workload  *workload.Workload
-	Collector *collector.Collector
+	Collector Recorder
 	// Size, when not 0, is the pool size the user asked for (--pool-size),
 	// which scales each scenario's own.
 	Size int
@@ -33,6 +32,57 @@ type Stage struct {
 	Rebuild bool
 
 	mu sync.Mutex // one scenario switch at a time
+}
+
+// Pool is the demo's pool as a scenario rebuilds it.
+type Pool interface {
+	// Size is the number of ids in the pool.
+	Size(ctx context.Context) (int64, error)
+	// Fill adds n ids and analyzes the pool for the claims' plan.
+	Fill(ctx context.Context, n int) error
+	// Refill adds n ids, without analyzing.
+	Refill(ctx context.Context, n int) (int64, error)
+	// ResetPool empties the pool (see engine.Engine.ResetPool).
+	ResetPool(ctx context.Context, ours string) error
+}
+
+// Recorder is what the stage tells the figures: a knob turned, a reset, a
+// pool being rebuilt (a collector, or collector.Servers over several).
+type Recorder interface {
+	Note(kind collector.EventKind, text string)
+	Reset(rebuilt bool)
+	Suspend()
+}
+
+// OneServer is a pool on one server: its connections and engine.
+func OneServer(db *engine.Pool, eng *engine.Engine) Pool { return oneServer{db, eng} }
+
+type oneServer struct {
+	db *engine.Pool
+	*engine.Engine
+}
+
+func (o oneServer) Size(ctx context.Context) (int64, error) {
+	var n int64
+	if err := o.db.QueryRow(ctx, "SELECT count(*) FROM resource_pool").Scan(&n); err != nil {
+		return 0, fmt.Errorf("count the pool: %w", err)
+	}
+	return n, nil
+}
+
+func (o oneServer) Fill(ctx context.Context, n int) error {
+	_, err := o.Seed(ctx, n)
+	return err
+}
+
+// SeveralServers is a pool over several servers.
+func SeveralServers(s *engine.Servers) Pool { return severalServers{s} }
+
+type severalServers struct{ *engine.Servers }
+
+func (s severalServers) Fill(ctx context.Context, n int) error {
+	_, err := s.Seed(ctx, n)
+	return err
 }
 
 // Config is the workload's knobs in force.
@@ -163,11 +213,13 @@ func (s *Stage) Grow(ctx context.Context, n, chunk int) error {
 func (s *Stage) grow(ctx context.Context, n, chunk int) error {
 	for left := n; left > 0; {
 		k := min(left, chunk)
-		seed := s.Engine.Refill
+		var err error
 		if k == left {
-			seed = s.Engine.Seed
+			err = s.Pool.Fill(ctx, k)
+		} else {
+			_, err = s.Pool.Refill(ctx, k)
 		}
-		if _, err := seed(ctx, k); err != nil {
+		if err != nil {
 			return err
 		}
 		left -= k
@@ -185,9 +237,9 @@ func (s *Stage) Fresh() error {
 	defer s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var total int64
-	if err := s.DB.QueryRow(ctx, "SELECT count(*) FROM resource_pool").Scan(&total); err != nil {
-		return fmt.Errorf("count the pool: %w", err)
+	total, err := s.Pool.Size(ctx)
+	if err != nil {
+		return err
 	}
 	size := int(min(max(total, 1), engine.MaxSeed))
 	if s.Size != 0 {
@@ -230,7 +282,7 @@ func (s *Stage) fresh(ctx context.Context, size int) error {
 	}
 	// Refused (someone else holds leases on this pool), the pool and the
 	// figures stay as they were and the workload goes on.
-	if err := s.Engine.ResetPool(ctx, s.Workload.RunID()); err != nil {
+	if err := s.Pool.ResetPool(ctx, s.Workload.RunID()); err != nil {
 		if rerr := s.Workload.SetConfig(before); rerr != nil {
 			return errors.Join(err, rerr)
 		}
@@ -238,11 +290,8 @@ func (s *Stage) fresh(ctx context.Context, size int) error {
 	}
 	s.Collector.Suspend()
 	defer s.Collector.Reset(true) // also when the rebuild fails: the old figures are void
-	if _, err := s.Engine.Seed(ctx, size); err != nil {
+	if err := s.Pool.Fill(ctx, size); err != nil {
 		return err
-	}
-	if _, err := s.DB.Exec(ctx, "ANALYZE resource_pool"); err != nil {
-		return fmt.Errorf("analyze the pool: %w", err)
 	}
 	s.Workload.Forget()
 	s.Workload.Reset()

@@ -29,7 +29,7 @@ func TestStagePlaysScenariosOnFreshPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(col.Close)
-	st := &Stage{DB: engine.WrapPool(db.Pool), Engine: db.Engine, Workload: wl, Collector: col, Size: 2000, Rebuild: true}
+	st := &Stage{Pool: OneServer(engine.WrapPool(db.Pool), db.Engine), Workload: wl, Collector: col, Size: 2000, Rebuild: true}
 	drain, err := workload.ScenarioByName("drain")
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestStageNeverEmptiesAPoolNotItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(col.Close)
-	st := &Stage{DB: engine.WrapPool(db.Pool), Engine: db.Engine, Workload: wl, Collector: col}
+	st := &Stage{Pool: OneServer(engine.WrapPool(db.Pool), db.Engine), Workload: wl, Collector: col}
 	pgtest.Eventually(t, "a commit", 30*time.Second, func() bool { return wl.Snapshot().Committed > 0 })
 	if err := st.Play(3); err != nil {
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func TestFreshPoolNeverSendsTokensBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(col.Close)
-	st := &Stage{DB: engine.WrapPool(db.Pool), Engine: db.Engine, Workload: wl, Collector: col, Size: 200, Rebuild: true}
+	st := &Stage{Pool: OneServer(engine.WrapPool(db.Pool), db.Engine), Workload: wl, Collector: col, Size: 200, Rebuild: true}
 
 	outsider := engine.New(pgtest.Pool(t, db.Schema, pgtest.Options{AppName: "outsider"}))
 	held, err := outsider.LeaseAcquire(ctx, &engine.LeaseAcquireParams{Holder: "alice", TTL: time.Hour, N: 1})
@@ -287,7 +287,7 @@ func TestGrowSeedsTheRestBehindTheFirstFigures(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(col.Close)
-	st := &Stage{DB: engine.WrapPool(db.Pool), Engine: db.Engine, Workload: wl, Collector: col, Rebuild: true}
+	st := &Stage{Pool: OneServer(engine.WrapPool(db.Pool), db.Engine), Workload: wl, Collector: col, Rebuild: true}
 	if _, err := col.Poll(ctx); err != nil {
 		t.Fatal(err)
 	}
