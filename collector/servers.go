@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pooltop-dev/pooltop/engine"
 )
 
 // ServerView is one server of a watch over several: its snapshot, or why
@@ -194,18 +196,41 @@ func (m *member) open(ctx context.Context) {
 }
 
 // Open makes every server's collector at once, so that Info knows them
-// before the first poll; a server that does not answer is left for the
-// polls to try again.
-func (s *Servers) Open(ctx context.Context) {
+// before the first poll. A server that does not answer is left for the
+// polls to try again; one that answers and refuses (a wrong password, an
+// unknown database, no pool table) fails Open with its error: it would
+// refuse every poll, and the watch would show a pool without it.
+func (s *Servers) Open(ctx context.Context) error {
+	errs := make([]error, len(s.members))
 	var wg sync.WaitGroup
-	for _, m := range s.members {
+	for i, m := range s.members {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			m.open(ctx)
+			if m.col == nil && m.lastErr != nil && !serverDown(m.lastErr) {
+				errs[i] = m.lastErr
+				var ce *engine.ConnError
+				if !errors.As(m.lastErr, &ce) { // a connection error names its server already
+					errs[i] = fmt.Errorf("server %s (%s): %w", m.name, m.Addr, m.lastErr)
+				}
+			}
 		}()
 	}
 	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serverDown says whether a collector could not be made because its
+// server did not answer (rather than answered and refused).
+func serverDown(err error) bool {
+	var ce *engine.ConnError
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ce) && engine.Unreachable(err)
 }
 
 // poll is the member's view at this poll.

@@ -82,7 +82,9 @@ func TestServersWatchSeveralPools(t *testing.T) {
 	direct := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
 	w := collector.NewServers([]collector.Member{member(direct, a.Schema), member(proxy.Addr(), b.Schema), member(deadAddr, a.Schema)}, collector.ServersConfig{History: 100})
 	t.Cleanup(w.Close)
-	w.Open(ctx)
+	if err := w.Open(ctx); err != nil {
+		t.Fatalf("open with one server down: %v", err)
+	}
 	if info := w.Info(); info.Host != "3 servers" || info.Table != "mixed" || info.User == "" {
 		t.Errorf("info before the first poll %+v", info)
 	}

@@ -163,8 +163,25 @@ func ConnectError(cc *pgx.ConnConfig, err error) error {
 	for _, pw := range []string{passwordIn(cc.ConnString()), cc.Password} {
 		msg = Redact(msg, pw)
 	}
-	return errors.New(msg)
+	ce := &ConnError{msg: msg}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		ce.Code = pgErr.Code
+	}
+	return ce
 }
+
+// ConnError is a connection failure as ConnectError words it. It keeps
+// the server's SQLSTATE, when the server answered, but not the error it
+// came from, whose text may hold the password: Unreachable tells a server
+// that is down (no code, or 08…, 53…, 57P0…) from one that refused (a
+// wrong password, an unknown database).
+type ConnError struct {
+	msg  string
+	Code string // the SQLSTATE, "" when the server did not answer
+}
+
+func (e *ConnError) Error() string { return e.msg }
 
 func connectError(cc *pgx.ConnConfig, err error) error {
 	where := fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)

@@ -337,15 +337,27 @@ func Unreachable(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch {
-		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "53"): // connection, insufficient resources
-			return true
-		case pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03": // shut down, crashed, starting up
-			return true
-		}
-		return false // an answer: a timeout, a lock not available, a constraint
+		return unreachableCode(pgErr.Code)
+	}
+	var ce *ConnError
+	if errors.As(err, &ce) && ce.Code != "" {
+		return unreachableCode(ce.Code) // a password refused is an answer
 	}
 	return true
+}
+
+// unreachableCode says whether a SQLSTATE means the server is not there to
+// answer (connection, resources, shut down, crashed, starting up) rather
+// than an answer (a timeout, a lock not available, a constraint, a wrong
+// password).
+func unreachableCode(code string) bool {
+	switch {
+	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"):
+		return true
+	case code == "57P01", code == "57P02", code == "57P03":
+		return true
+	}
+	return false
 }
 
 // ErrNoServer means every server of the pool failed lately and waits out its

@@ -106,7 +106,9 @@ func (o *demoOptions) runServers(ctx context.Context, g *globals, metrics *metri
 	}
 	col := collector.NewServers(members, collector.ServersConfig{Workload: wl})
 	defer col.Close()
-	col.Open(ctx)
+	if err := col.Open(ctx); err != nil {
+		return err
+	}
 	st.Workload, st.Collector = wl, col
 	return o.show(ctx, g, demoShow{stage: st, col: col, metrics: metrics, rest: rest, server: header, on: on})
 }

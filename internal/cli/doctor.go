@@ -41,7 +41,7 @@ and pg_monitor. Exit 0 unless a check fails (6).
 
 Given --dsn once per server (or --dsn-file), it checks each server in
 turn and prints its findings under its name (--json: an object per server
-with its checks); a server that does not answer is reported as such and
+with its checks); a server that cannot be checked is reported as such and
 fails the run (exit 1) after the others are checked.`,
 	}))
 }
@@ -159,7 +159,7 @@ func (o *doctorOptions) runServers(ctx context.Context, g *globals) error {
 			}
 			fmt.Fprintf(w, "== %s %s\n", r.Server, r.Addr)
 			if !r.Reachable {
-				fmt.Fprintf(w, "does not answer: %s\n", termtext.Escape(r.Error))
+				fmt.Fprintf(w, "not checked: %s\n", termtext.Escape(r.Error))
 				continue
 			}
 			if err := printChecks(w, r.Checks); err != nil {
@@ -172,7 +172,7 @@ func (o *doctorOptions) runServers(ctx context.Context, g *globals) error {
 	case err != nil:
 		return err
 	case len(down) > 0:
-		return fmt.Errorf("doctor: %s did not answer: check it is up and the DSN is right, then run doctor again", strings.Join(down, ", "))
+		return fmt.Errorf("doctor: %s could not be checked (see above): check it is up and the DSN is right, then run doctor again", strings.Join(down, ", "))
 	case len(failed) > 0:
 		return violationError{fmt.Errorf("doctor: %d check(s) failed: %s", len(failed), strings.Join(failed, ", "))}
 	}

@@ -223,6 +223,20 @@ func TestConnectionFailuresNeverPrintThePassword(t *testing.T) {
 			t.Errorf("%s: password printed: %q", c.name, r.stderr)
 		}
 	}
+	// Over several servers, a server that refuses the password is one line
+	// and an exit at the start, with the others fine; none is printed.
+	if last := cases[len(cases)-1]; last.name == "wrong password" {
+		good := emptyDB(t)
+		pooltop(t, "migrate", "--dsn", good).must(t)
+		for _, args := range [][]string{
+			{"watch", "--headless", "--count", "1"}, {"doctor"}, {"verify"}, {"work", "--duration", "1s"}, {"--headless", "--count", "1"},
+		} {
+			r := pooltop(t, append(args, "--dsn", good, "--dsn", last.dsn)...)
+			if r.code != exitError || !strings.Contains(r.stdout+r.stderr, last.want) || strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stdout+r.stderr, secret) {
+				t.Errorf("%v over a good server and one whose password is wrong: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+			}
+		}
+	}
 	// migrate connects on its own (goose): the same one line.
 	r := pooltop(t, "migrate", "--dsn", cases[0].dsn)
 	if r.code != exitError || !strings.Contains(r.stderr, "connection refused: is PostgreSQL running") || strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stderr, secret) {

@@ -171,7 +171,9 @@ func (o *watchOptions) run(ctx context.Context, g *globals) error {
 	if len(g.servers) > 0 {
 		several := o.watchServers(g)
 		defer several.Close()
-		several.Open(ctx)
+		if err := several.Open(ctx); err != nil {
+			return err
+		}
 		col = several
 	} else {
 		one, err := collector.New(ctx, o.cfg)
