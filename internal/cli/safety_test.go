@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,19 +18,7 @@ import (
 func productionDB(t *testing.T) (string, func() string) {
 	t.Helper()
 	ctx := context.Background()
-	name := pgtest.UniqueName("prod_")
-	if err := pgtest.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create a database for the test (the test role needs CREATEDB): %v", err)
-	}
-	// Sessions the test left on the database would make the DROP fail.
-	pgtest.DropAtCleanup(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '"+name+"'",
-		"DROP DATABASE IF EXISTS "+name)
-	u, err := url.Parse(pgtest.DSN())
-	if err != nil || u.Scheme == "" {
-		t.Fatalf("the test DSN must be a URL here: %v", err)
-	}
-	u.Path = "/" + name
-	dsn := u.String()
+	dsn := pgtest.Database(t, "prod_")
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,21 +20,7 @@ import (
 )
 
 // emptyDB creates a database of its own on the test server and returns its URL.
-func emptyDB(t *testing.T) string {
-	t.Helper()
-	name := pgtest.UniqueName("srv_")
-	if err := pgtest.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create a database for the test (the test role needs CREATEDB): %v", err)
-	}
-	pgtest.DropAtCleanup(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '"+name+"'",
-		"DROP DATABASE IF EXISTS "+name)
-	u, err := url.Parse(pgtest.DSN())
-	if err != nil || u.Scheme == "" {
-		t.Fatalf("the test DSN must be a URL here: %v", err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
+func emptyDB(t *testing.T) string { return pgtest.Database(t, "srv_") }
 
 // TestCommandsOnAPoolOverSeveralServers sets up a pool over two databases
 // (each standing for a server), seeds it, claims and commits by hand,

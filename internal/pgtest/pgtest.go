@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -303,4 +304,24 @@ func Bouncer(t testing.TB, mode string, ignore ...string) string {
 	}
 	t.Cleanup(b.Stop)
 	return b.DSN()
+}
+
+// Database creates a database of its own on the test server, named from
+// prefix, dropped at cleanup, and returns its URL: a server of its own
+// for a test of several servers, or a database pooltop did not make.
+func Database(t testing.TB, prefix string) string {
+	t.Helper()
+	name := UniqueName(prefix)
+	if err := Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("pgtest: create a database for the test (the test role needs CREATEDB): %v", err)
+	}
+	// Sessions the test left on the database would make the DROP fail.
+	DropAtCleanup(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '"+name+"'",
+		"DROP DATABASE IF EXISTS "+name)
+	u, err := url.Parse(DSN())
+	if err != nil || u.Scheme == "" {
+		t.Fatalf("pgtest: the test DSN must be a URL here: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
 }
