@@ -15,7 +15,7 @@ type keyMap struct {
 	RateDown, RateUp, Preset, FenceWhere, RequestID, Autovacuum     key.Binding
 	SkewDown, SkewUp, Report                                        key.Binding
 	Up, Down, Soft, Hard, Doctor, Order, Filter                     key.Binding
-	Window, Runbook                                                 key.Binding
+	Window, Runbook, StopServer                                     key.Binding
 	demo                                                            bool
 }
 
@@ -68,6 +68,7 @@ func newKeyMap(demo bool) keyMap {
 		Filter:      b([]string{"/"}, "/", "filter by application"),
 		Window:      b([]string{"h"}, "h", "chart window: fit, 1m, 15m, 1h"),
 		Runbook:     b([]string{"m"}, "m", "runbook of the raised alerts"),
+		StopServer:  b([]string{"S"}, "S", "stop a server hard / start it"),
 		demo:        demo,
 	}
 	for _, k := range []*key.Binding{&km.WorkersDown, &km.WorkersUp, &km.Lease, &km.Fencing, &km.Renew, &km.Reaper, &km.Strategy,
@@ -94,7 +95,7 @@ func (k keyMap) FullHelp() [][]key.Binding {
 		cols = append(cols,
 			[]key.Binding{k.Preset, k.Lease, k.Fencing, k.FenceWhere, k.Renew, k.Reaper, k.Strategy},
 			[]key.Binding{k.WorkersDown, k.CrashDown, k.PauseDown, k.TTLDown, k.BatchDown, k.SkewDown},
-			[]key.Binding{k.TaskDown, k.RefillDown, k.RateDown, k.RequestID, k.Autovacuum, k.Report})
+			[]key.Binding{k.TaskDown, k.RefillDown, k.RateDown, k.RequestID, k.Autovacuum, k.Report, k.StopServer})
 	}
 	return cols
 }

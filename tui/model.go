@@ -88,7 +88,21 @@ type (
 		cfg workload.Config
 		err error
 	}
+	// serverMsg: a server was stopped or started again (ServerFault).
+	serverMsg struct {
+		what string
+		err  error
+	}
 )
+
+// ServerFault is a demo over throwaway servers whose dashboard can stop
+// one of them hard and start it again (the key S): the outage of a server
+// of the pool, live. The Knobs implement it when they can.
+type ServerFault interface {
+	// ToggleServer stops the server hard (an immediate shutdown) when it
+	// runs and starts it again when stopped, and says what it did.
+	ToggleServer() (string, error)
+}
 
 // chartSeries are the series the charts draw, copied on each poll.
 var chartSeries = []string{collector.SeriesAcquires, collector.SeriesCommits, collector.SeriesAcquireP99,
@@ -183,6 +197,8 @@ func New(o Options) Model {
 		styles: newStyles(o.Color), interval: o.Interval, started: o.Now(), series: map[string][]collector.Point{},
 		scenario: -1,
 	}
+	_, faults := o.Knobs.(ServerFault)
+	m.keys.StopServer.SetEnabled(faults)
 	m.replayKeys = newReplayKeys(m.keys)
 	if o.Replay != nil {
 		first, _, _ := o.Replay.Bounds()
@@ -289,6 +305,14 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case resetMsg:
 		m.action = "counters, charts and alerts reset"
+		return m, nil
+	case serverMsg:
+		m.busy = ""
+		if msg.err != nil {
+			m.knobErr = msg.err.Error()
+		} else {
+			m.action, m.knobErr = msg.what, ""
+		}
 		return m, nil
 	case playMsg:
 		m.busy = ""
@@ -416,6 +440,13 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 		}
 		m.busy = fmt.Sprintf("starting %s %s on a fresh pool…", workload.Scenarios[i].Key, workload.Scenarios[i].Name)
 		return m, func() tea.Msg { err := knobs.Play(i); return playMsg{i: i, cfg: knobs.Config(), err: err} }
+	case key.Matches(msg, k.StopServer):
+		f, ok := knobs.(ServerFault)
+		if !ok {
+			return m, nil
+		}
+		m.busy = "stopping or starting a server…"
+		return m, func() tea.Msg { what, err := f.ToggleServer(); return serverMsg{what, err} }
 	}
 	cfg, changed := m.turn(msg)
 	if !changed {

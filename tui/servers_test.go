@@ -5,10 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/workload"
 )
 
 // Over several servers the dashboard gives a row per server under the
@@ -69,5 +71,61 @@ func TestServerRows(t *testing.T) {
 	plain := ansi.Strip(m.View())
 	if !strings.Contains(plain, "… 6 more servers, 2 of them not answering") || strings.Contains(plain, "s4  unused") {
 		t.Errorf("9 servers at 80×24:\n%s", plain)
+	}
+}
+
+// faultKnobs are knobs of a demo over throwaway servers: S stops a server
+// and starts it again.
+type faultKnobs struct {
+	*fakeKnobs
+	down    bool
+	toggled int
+}
+
+func (k *faultKnobs) ToggleServer() (string, error) {
+	k.toggled++
+	k.down = !k.down
+	if k.down {
+		return "server s3 stopped hard", nil
+	}
+	return "server s3 started again", nil
+}
+
+// S stops a server and starts it again where the demo can (throwaway
+// servers), says so on the banner and in the help, and does nothing
+// where it cannot.
+func TestStopServerKey(t *testing.T) {
+	press := func(m Model) Model {
+		t.Helper()
+		m, msg := run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'S'}})
+		if msg != nil {
+			mm, _ := m.Update(msg)
+			m = mm.(Model)
+		}
+		return m
+	}
+	kn := &faultKnobs{fakeKnobs: &fakeKnobs{cfg: workload.Defaults()}}
+	m := polled(t, canned(true), kn, 120, 40)
+	m = press(m)
+	if !kn.down || !strings.Contains(ansi.Strip(m.View()), "server s3 stopped hard") {
+		t.Fatalf("S did not stop the server (toggled %d):\n%s", kn.toggled, ansi.Strip(m.View()))
+	}
+	m = press(m)
+	if kn.down || kn.toggled != 2 || !strings.Contains(ansi.Strip(m.View()), "server s3 started again") {
+		t.Fatalf("a second S did not start it again (toggled %d)", kn.toggled)
+	}
+	m, _ = run(t, m, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'?'}})
+	if !strings.Contains(ansi.Strip(m.View()), "S stops a server hard") {
+		t.Errorf("the help does not list S:\n%s", ansi.Strip(m.View()))
+	}
+
+	plain := polled(t, canned(true), &fakeKnobs{cfg: workload.Defaults()}, 120, 40)
+	plain, msg := run(t, plain, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'S'}})
+	if msg != nil || plain.busy != "" {
+		t.Fatalf("S on a demo that cannot stop a server: %T, busy %q", msg, plain.busy)
+	}
+	plain, _ = run(t, plain, tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{'?'}})
+	if strings.Contains(ansi.Strip(plain.View()), "S stops a server hard") {
+		t.Error("the help lists S where it does nothing")
 	}
 }

@@ -77,6 +77,9 @@ func (m Model) layout() layout {
 	}
 	if m.showHelp && m.opts.Knobs != nil {
 		l.help += "\n" + m.styles.HelpDesc.Render(presetList(m.width))
+		if m.keys.StopServer.Enabled() { // the help's columns leave it out below 200 columns
+			l.help += "\n" + m.styles.HelpDesc.Render("servers: S stops a server hard, S again starts it")
+		}
 	}
 	if m.showDoctor {
 		l.help = m.doctorView(m.width, max(m.height/3, 2)) + "\n" + l.help

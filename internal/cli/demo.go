@@ -178,6 +178,7 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 // demoShow is what the demo shows, once its pool and workload are made.
 type demoShow struct {
 	stage   *demo.Stage
+	knobs   tui.Knobs // the dashboard's knobs, when not the stage alone
 	col     tui.Source // the collector, or collector.Servers
 	metrics *metricsServer
 	rest    int         // ids still to seed behind the first figures
@@ -215,7 +216,11 @@ func (o *demoOptions) show(ctx context.Context, g *globals, d demoShow) error {
 		fmt.Fprintf(g.stderr, "pooltop demo (headless) %s; Ctrl-C stops it\n", d.on)
 		return runHeadless(ctx, g, src, &o.watch)
 	}
-	return tui.Run(ctx, tui.Options{Source: src.source(), Knobs: d.stage, Mode: "demo", Server: d.server, Interval: o.watch.interval,
+	var knobs tui.Knobs = d.stage
+	if d.knobs != nil {
+		knobs = d.knobs
+	}
+	return tui.Run(ctx, tui.Options{Source: src.source(), Knobs: knobs, Mode: "demo", Server: d.server, Interval: o.watch.interval,
 		Color: useColor(), Scenario: o.sc.Name, Actions: d.actions})
 }
 

@@ -34,6 +34,7 @@ func (o *demoOptions) runServers(ctx context.Context, g *globals, metrics *metri
 	cfg := o.cfg
 	var dsns []string
 	var servers *engine.Servers
+	var outage *demo.Outage
 	on := fmt.Sprintf("on %d servers", len(g.servers))
 	header := ""
 	if o.servers > 0 {
@@ -60,6 +61,8 @@ func (o *demoOptions) runServers(ctx context.Context, g *globals, metrics *metri
 		if servers, err = engine.MarkNew(ctx, targets); err != nil {
 			return err
 		}
+		last := srvs[len(srvs)-1]
+		outage = &demo.Outage{Name: engine.ServerName(len(srvs)), Halt: last.Halt, Resume: last.Resume}
 		header = fmt.Sprintf("%d throwaway servers 127.0.0.1:%s", o.servers, strings.Join(ports, ","))
 		on = fmt.Sprintf("on %d throwaway servers (DATABASE_URL=%s …)", o.servers, dsns[0])
 	} else {
@@ -110,5 +113,9 @@ func (o *demoOptions) runServers(ctx context.Context, g *globals, metrics *metri
 		return err
 	}
 	st.Workload, st.Collector = wl, col
-	return o.show(ctx, g, demoShow{stage: st, col: col, metrics: metrics, rest: rest, server: header, on: on})
+	show := demoShow{stage: st, col: col, metrics: metrics, rest: rest, server: header, on: on}
+	if outage != nil {
+		show.knobs = demo.OutageStage{Stage: st, Outage: outage}
+	}
+	return o.show(ctx, g, show)
 }
