@@ -178,7 +178,7 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 // demoShow is what the demo shows, once its pool and workload are made.
 type demoShow struct {
 	stage   *demo.Stage
-	knobs   tui.Knobs // the dashboard's knobs, when not the stage alone
+	knobs   tui.Knobs  // the dashboard's knobs, when not the stage alone
 	col     tui.Source // the collector, or collector.Servers
 	metrics *metricsServer
 	rest    int         // ids still to seed behind the first figures
