@@ -13,11 +13,13 @@ import (
 // hard (an immediate shutdown) at a third of the run and started again at
 // two thirds. Claims must go on at the others while it is down; once it is
 // back, its expired leases must be reclaimed by its own clock; the audit of
-// every server must find no double finalization and no id lost.
+// every server must find no double finalization and no id lost. Without
+// Halt no server is stopped: the scenario runs over the servers, and the
+// audit of each must hold.
 type ServerStop struct {
 	Servers  *engine.Servers
-	Stopped  int // the member (index in Servers.Members) to stop
-	Halt     func() error
+	Stopped  int          // the member (index in Servers.Members) to stop
+	Halt     func() error // nil: none is stopped
 	Resume   func(ctx context.Context) error
 	Scenario Scenario
 	Duration time.Duration
@@ -54,7 +56,7 @@ type ServerStopSummary struct {
 	Pauses              int64    `json:"pauses"`
 	Violations          []string `json:"violations"`
 
-	StoppedServer string  `json:"stopped_server"`
+	StoppedServer string  `json:"stopped_server"` // "" when none was stopped
 	DownS         float64 `json:"server_down_s"`
 	// CommittedWhileDown: ids the other servers consumed while it was down.
 	CommittedWhileDown int64 `json:"committed_while_down"`
@@ -93,10 +95,11 @@ func (c ServerStop) Run(ctx context.Context) (ServerStopSummary, error) {
 		}
 	}
 	members := c.Servers.Members()
-	if c.Stopped < 0 || c.Stopped >= len(members) || len(members) < 2 {
+	if c.Halt == nil {
+		c.Stopped = -1
+	} else if c.Stopped < 0 || c.Stopped >= len(members) || len(members) < 2 {
 		return ServerStopSummary{}, fmt.Errorf("server stop: member %d of %d: a pool of at least two servers, one of them stopped", c.Stopped, len(members))
 	}
-	stopped := members[c.Stopped]
 	cfg := c.Scenario.Config(c.Seed)
 	if c.Override != nil {
 		c.Override(&cfg)
@@ -109,7 +112,6 @@ func (c ServerStop) Run(ctx context.Context) (ServerStopSummary, error) {
 	start := time.Now()
 	wl.Start(ctx)
 	defer wl.Stop()
-	third := c.Duration / 3
 	sleep := func(d time.Duration) error {
 		select {
 		case <-ctx.Done():
@@ -118,48 +120,22 @@ func (c ServerStop) Run(ctx context.Context) (ServerStopSummary, error) {
 			return nil
 		}
 	}
-	if err := sleep(third); err != nil {
-		return ServerStopSummary{}, err
-	}
-	before := consumedOn(ctx, c.Servers, c.Stopped)
-	say("stopping server %s (%s) hard", stopped.Name(), stopped.Addr)
-	if err := c.Halt(); err != nil {
-		return ServerStopSummary{}, fmt.Errorf("stop server %s: %w", stopped.Name(), err)
-	}
-	downAt := time.Now()
-	if err := sleep(third); err != nil {
-		return ServerStopSummary{}, err
-	}
-	during := consumedOn(ctx, c.Servers, c.Stopped)
-	say("starting server %s again", stopped.Name())
-	if err := c.Resume(ctx); err != nil {
-		return ServerStopSummary{}, fmt.Errorf("start server %s again: %w", stopped.Name(), err)
-	}
-	upAt := time.Now()
-	down := upAt.Sub(downAt)
-	// Its leases expire by its own clock; the workload's reaper takes them
-	// back once the server answers again. Those that had expired by the time
-	// it came back (the audit's grace reaching back to then) must all go;
-	// leases of crashed workers that expire later come and go as ever.
-	var reclaimedAfter time.Duration
-	deadline := upAt.Add(cfg.ReaperGrace + 10*time.Second)
-	for {
-		a, err := stopped.Eng.Audit(ctx, time.Since(upAt)+cfg.ReaperGrace)
-		if err == nil && a.PendingPastGrace == 0 {
-			reclaimedAfter = time.Since(upAt)
-			break
-		}
-		if time.Now().After(deadline) {
-			reclaimedAfter = -1
-			break
-		}
-		if err := sleep(100 * time.Millisecond); err != nil {
+	var stopped *engine.Member
+	var before, during []int64
+	var down, reclaimedAfter time.Duration
+	if c.Halt == nil {
+		if err := sleep(c.Duration); err != nil {
 			return ServerStopSummary{}, err
 		}
-	}
-	if rest := c.Duration - time.Since(start); rest > 0 {
-		if err := sleep(rest); err != nil {
+	} else {
+		stopped = members[c.Stopped]
+		if before, during, down, reclaimedAfter, err = c.outage(ctx, cfg, stopped, sleep, say); err != nil {
 			return ServerStopSummary{}, err
+		}
+		if rest := c.Duration - time.Since(start); rest > 0 {
+			if err := sleep(rest); err != nil {
+				return ServerStopSummary{}, err
+			}
 		}
 	}
 	say("stopping the workers, letting the reaper catch up")
@@ -193,8 +169,11 @@ func (c ServerStop) Run(ctx context.Context) (ServerStopSummary, error) {
 		Cycles: snap.Cycles, Committed: snap.Committed, FencedRejections: snap.FencedRejections,
 		DoubleFinalizations: audit.DoubleFinalizations, LostIDs: int64(lost), ExpiredPending: audit.PendingPastGrace,
 		Reclaimed: rs.Reclaimed, MaxReclaimLagMS: ms(rs.MaxLag), Crashes: snap.Crashes, Pauses: snap.Pauses,
-		Violations: []string{}, StoppedServer: stopped.Name(), DownS: down.Seconds(),
+		Violations: []string{}, DownS: down.Seconds(),
 		ReclaimedAfterS: reclaimedAfter.Seconds(), Audit: audit, PerServer: per,
+	}
+	if stopped != nil {
+		s.StoppedServer = stopped.Name()
 	}
 	for i, m := range members {
 		f := ServerFigures{Server: m.Name(), Addr: m.Addr, Stopped: i == c.Stopped}
@@ -203,7 +182,7 @@ func (c ServerStop) Run(ctx context.Context) (ServerStopSummary, error) {
 				f.Total, f.Consumed = p.Report.Total, p.Report.Consumed
 			}
 		}
-		if i != c.Stopped && before[i] >= 0 && during[i] >= 0 {
+		if stopped != nil && i != c.Stopped && before[i] >= 0 && during[i] >= 0 {
 			f.ConsumedWhileDown = during[i] - before[i]
 			s.CommittedWhileDown += f.ConsumedWhileDown
 		}
@@ -213,6 +192,9 @@ func (c ServerStop) Run(ctx context.Context) (ServerStopSummary, error) {
 	if lost > 0 {
 		s.Violations = append(s.Violations, fmt.Sprintf("%d ids held by crashed workers were never reclaimed", lost))
 	}
+	if stopped == nil {
+		return s, nil
+	}
 	if s.CommittedWhileDown == 0 {
 		s.Violations = append(s.Violations, fmt.Sprintf("no id was committed on the other servers in the %.1fs server %s was down", down.Seconds(), stopped.Name()))
 	}
@@ -220,4 +202,51 @@ func (c ServerStop) Run(ctx context.Context) (ServerStopSummary, error) {
 		s.Violations = append(s.Violations, fmt.Sprintf("server %s still held leases that had expired before it came back, %v after", stopped.Name(), cfg.ReaperGrace+10*time.Second))
 	}
 	return s, nil
+}
+
+// outage stops the server hard for the middle third of the run, starts it
+// again, and waits until the leases that expired on it meanwhile are
+// reclaimed. It returns the other servers' consumed ids before and at the
+// end of the outage, how long it was down, and how long its leases took to
+// come back (-1: not within the grace and 10 s).
+func (c ServerStop) outage(ctx context.Context, cfg Config, stopped *engine.Member, sleep func(time.Duration) error, say func(string, ...any)) (before, during []int64, down, reclaimedAfter time.Duration, err error) {
+	third := c.Duration / 3
+	if err = sleep(third); err != nil {
+		return
+	}
+	before = consumedOn(ctx, c.Servers, c.Stopped)
+	say("stopping server %s (%s) hard", stopped.Name(), stopped.Addr)
+	if err = c.Halt(); err != nil {
+		err = fmt.Errorf("stop server %s: %w", stopped.Name(), err)
+		return
+	}
+	downAt := time.Now()
+	if err = sleep(third); err != nil {
+		return
+	}
+	during = consumedOn(ctx, c.Servers, c.Stopped)
+	say("starting server %s again", stopped.Name())
+	if err = c.Resume(ctx); err != nil {
+		err = fmt.Errorf("start server %s again: %w", stopped.Name(), err)
+		return
+	}
+	upAt := time.Now()
+	down = upAt.Sub(downAt)
+	// Its leases expire by its own clock; the workload's reaper takes them
+	// back once the server answers again. Those that had expired by the time
+	// it came back (the audit's grace reaching back to then) must all go;
+	// leases of crashed workers that expire later come and go as ever.
+	deadline := upAt.Add(cfg.ReaperGrace + 10*time.Second)
+	for {
+		a, aerr := stopped.Eng.Audit(ctx, time.Since(upAt)+cfg.ReaperGrace)
+		if aerr == nil && a.PendingPastGrace == 0 {
+			return before, during, down, time.Since(upAt), nil
+		}
+		if time.Now().After(deadline) {
+			return before, during, down, -1, nil
+		}
+		if err = sleep(100 * time.Millisecond); err != nil {
+			return
+		}
+	}
 }

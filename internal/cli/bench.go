@@ -43,7 +43,7 @@ type benchOptions struct {
 
 func newBenchCmd(g *globals) *cobra.Command {
 	o := &benchOptions{}
-	return g.command(o, &cobra.Command{
+	return onServers(g.command(o, &cobra.Command{
 		Use:   "bench",
 		Short: "Measure each claim strategy beside pgbench running its statements",
 		Long: `Run the full acquire → fenced commit cycle for each strategy at each worker
@@ -74,12 +74,16 @@ of microseconds, so a blocking transaction holds its row lock for about a
 millisecond; across a network each of its round trips adds to that time (at
 1 ms a round trip, a cycle of a few statements holds the lock some 5 ms),
 and the waiting line behind the lock grows with it.
-Go's timers overshoot by about 0.1 ms, so 1ms is about 1.1 ms per exchange.`,
+Go's timers overshoot by about 0.1 ms, so 1ms is about 1.1 ms per exchange.
+
+--servers 1,2,3 compares pools over that many throwaway servers; given
+--dsn once per server of yours, bench runs on a pool over them, in its
+scratch schema on each (see --servers for what it prints).`,
 		PreRun: func(cmd *cobra.Command, _ []string) {
 			scratchDefault(g, cmd, "bench")
 			o.poolSizeSet = cmd.Flag("pool-size").Changed
 		},
-	})
+	}))
 }
 
 func (o *benchOptions) addFlags(c *cobra.Command, g *globals) {
@@ -144,8 +148,8 @@ func (o *benchOptions) validate(g *globals) error {
 	}
 	o.serverCounts = nil
 	if o.servers != "" {
-		if g.dsn != "" {
-			return usageError{errors.New("--servers starts its own throwaway servers: drop --dsn")}
+		if g.dsn != "" || len(g.servers) > 0 {
+			return usageError{errors.New("--servers starts its own throwaway servers: drop --dsn (or give --dsn once per server of yours, without --servers)")}
 		}
 		for _, s := range strings.Split(o.servers, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -159,7 +163,7 @@ func (o *benchOptions) validate(g *globals) error {
 }
 
 func (o *benchOptions) run(ctx context.Context, g *globals) error {
-	if len(o.serverCounts) > 0 {
+	if len(o.serverCounts) > 0 || len(g.servers) > 0 {
 		return o.runServers(ctx, g)
 	}
 	maxConns := int32(min(slices.Max(o.counts), o.maxConns))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/servercost"
+	"github.com/pooltop-dev/pooltop/migrations"
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
@@ -29,9 +30,22 @@ type serversBenchRow struct {
 }
 
 // runServers measures each strategy at each worker count on pools over
-// each number of servers in --servers, every pool on servers of its own.
+// each number of servers in --servers, every pool on servers of its own;
+// or, given --dsn once per server, on a pool over those servers.
 func (o *benchOptions) runServers(ctx context.Context, g *globals) error {
 	var rows []serversBenchRow
+	if len(g.servers) > 0 {
+		for _, dsn := range g.servers {
+			if _, err := g.migrate(ctx, dsn, "--dsn", migrations.Options{Partitions: o.partitions}); err != nil {
+				return fmt.Errorf("%s: %w", serverAddr(dsn), err)
+			}
+		}
+		r, err := o.measureOn(ctx, g, g.servers, "--dsn")
+		rows = append(rows, r...)
+		if err != nil {
+			return err
+		}
+	}
 	for _, n := range o.serverCounts {
 		r, err := o.measureServers(ctx, g, n)
 		rows = append(rows, r...)
@@ -60,25 +74,40 @@ func (o *benchOptions) measureServers(ctx context.Context, g *globals, n int) ([
 			_ = s.Stop()
 		}
 	}()
+	dsns := make([]string, len(srvs))
+	for i, s := range srvs {
+		dsns[i] = s.DSN()
+	}
+	return o.measureOn(ctx, g, dsns, "--servers")
+}
+
+// measureOn measures each strategy at each worker count on a pool over the
+// servers dsns name, in --schema (a pooltop_ scratch schema, migrated on
+// each): marked as one new pool, emptied and seeded for each run.
+func (o *benchOptions) measureOn(ctx context.Context, g *globals, dsns []string, from string) ([]serversBenchRow, error) {
+	n := len(dsns)
 	maxConns := int32(min(slices.Max(o.counts), o.maxConns))
 	var targets []engine.Target
 	var samplers []*servercost.Sampler
-	for _, s := range srvs {
-		pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: s.DSN(), From: "--servers", Schema: g.schema, AppName: "pooltop-bench", MaxConns: maxConns, RTT: o.rtt})
+	for _, dsn := range dsns {
+		pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: dsn, From: from, Schema: g.schema, AppName: "pooltop-bench", MaxConns: maxConns, RTT: o.rtt})
 		if err != nil {
 			return nil, err
 		}
 		defer pool.Close()
-		sm, err := servercost.Open(ctx, s.DSN(), false)
+		sm, err := servercost.Open(ctx, dsn, false)
 		if err != nil {
 			return nil, err
 		}
 		defer sm.Close()
-		addr := fmt.Sprintf("127.0.0.1:%d", s.Port())
-		targets, samplers = append(targets, engine.Target{Addr: addr, Eng: engine.New(pool)}), append(samplers, sm)
+		targets, samplers = append(targets, engine.Target{Addr: serverAddr(dsn), Eng: engine.New(pool)}), append(samplers, sm)
 	}
 	servers, err := engine.MarkNew(ctx, targets)
 	if err != nil {
+		return nil, err
+	}
+	// A scratch schema of your servers may hold a pool of an earlier run.
+	if err := servers.ResetPool(ctx, ""); err != nil {
 		return nil, err
 	}
 	if _, err := servers.Seed(ctx, o.poolSize); err != nil {

@@ -55,7 +55,7 @@ func newChaosCmd(g *globals) *cobra.Command {
 	for _, s := range workload.Scenarios {
 		names = append(names, fmt.Sprintf("  %-20s %s", s.Name, s.About))
 	}
-	return g.command(&chaosOptions{}, &cobra.Command{
+	return onServers(g.command(&chaosOptions{}, &cobra.Command{
 		Use:   "chaos",
 		Short: "Run a failure scenario headless, then audit the database",
 		Long: `Run a scenario for --duration with its faults, stop the faults and the
@@ -67,10 +67,15 @@ reported under expected_failures. lost-ack runs its second half with stable
 request ids and checks that duplicates appear only in the first. Exit 6 when
 an invariant is violated or the story did not show.
 
+--servers N runs it over a pool on N throwaway servers and stops one hard
+for the middle third of the run. Given --dsn once per server of yours, it
+runs over a pool on those servers (in its scratch schema on each), stops
+none, and audits every server.
+
 Scenarios:
 ` + strings.Join(names, "\n"),
 		PreRun: func(cmd *cobra.Command, _ []string) { scratchDefault(g, cmd, "chaos") },
-	})
+	}))
 }
 
 func (o *chaosOptions) addFlags(c *cobra.Command, g *globals) {
@@ -123,7 +128,7 @@ func (o *chaosOptions) validate(g *globals) error {
 		switch {
 		case o.servers < 2 || o.servers > 8:
 			return usageError{fmt.Errorf("--servers %d: between 2 and 8", o.servers)}
-		case g.dsn != "":
+		case g.dsn != "" || len(g.servers) > 0:
 			return usageError{errors.New("--servers stops a server hard: it runs only on throwaway servers it starts itself; drop --dsn")}
 		case o.faults != "":
 			return usageError{errors.New("--servers stops a server; --faults injects other faults on one server: give one or the other")}
@@ -137,7 +142,7 @@ func (o *chaosOptions) validate(g *globals) error {
 			return usageError{fmt.Errorf("--faults: %w", err)}
 		}
 		o.kind = kind
-		if g.dsn != "" {
+		if g.dsn != "" || len(g.servers) > 0 {
 			return usageError{errors.New("--faults kills worker processes and restarts PostgreSQL: it runs only on the throwaway server; drop --dsn")}
 		}
 		if o.procs < 1 || o.procs > 64 {
@@ -175,7 +180,7 @@ func (o *chaosOptions) run(ctx context.Context, g *globals) error {
 	if o.kind != nil {
 		return o.runFaults(ctx, g)
 	}
-	if o.servers > 0 {
+	if o.servers > 0 || len(g.servers) > 0 {
 		return o.runServers(ctx, g)
 	}
 	d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 16, write: true, migrate: true, load: true, partitions: o.partitions,

@@ -66,7 +66,7 @@ func (g *globals) settleDSNs(cmd *cobra.Command) error {
 			return nil
 		}
 	}
-	return usageError{fmt.Errorf("%s takes one server; %d were given: a pool over several servers is set up and worked with migrate, seed, verify, lease, work, watch, doctor and the demo",
+	return usageError{fmt.Errorf("%s takes one server; %d were given: a pool over several servers is set up and worked with migrate, seed, verify, lease, work, watch, doctor, bench, chaos and the demo",
 		cmd.CommandPath(), len(dsns))}
 }
 

@@ -126,7 +126,7 @@ func TestCommandsOnAPoolOverSeveralServers(t *testing.T) {
 		"one server left out":         {"seed", "--count", "5", "--dsn", a, "--dsn", c},
 		"a server of another pool":    {"verify", "--dsn", a, "--dsn", b, "--dsn", single},
 		"a server given twice":        {"verify", "--dsn", a, "--dsn", a},
-		"a command of one server":     {"bench", "--dsn", a, "--dsn", b},
+		"faults over two":             {"chaos", "--faults", "kill", "--dsn", a, "--dsn", b},
 		"actions over two":            {"watch", "--allow-actions", "--dsn", a, "--dsn", b},
 		"migrate leaving one out":     {"migrate", "--dsn", a, "--dsn", c},
 		"one server seeded by itself": {"seed", "--count", "5", "--dsn", b},
@@ -230,6 +230,18 @@ func TestChaosStopsAServerHard(t *testing.T) {
 		s.ReclaimedAfterS < 0 || s.Crashes == 0 || len(s.Servers) != 2 || s.Audit.Total != 30000 {
 		t.Fatalf("chaos over two servers, one stopped: %+v", s)
 	}
+	// On servers of yours: over a pool in the scratch schema of each, none
+	// stopped, every server audited.
+	a, b := emptyDB(t), emptyDB(t)
+	r = pooltop(t, "chaos", "--dsn", a, "--dsn", b, "--scenario", "crash-with-lease", "--duration", "3s", "--pool-size", "20000", "--json")
+	if r.code != 0 {
+		t.Fatalf("chaos --dsn a --dsn b: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	s = decode[workload.ServerStopSummary](t, r.stdout)
+	if len(s.Violations) != 0 || s.StoppedServer != "" || s.Crashes == 0 || len(s.Servers) != 2 || s.Audit.Total != 20000 ||
+		s.Servers[0].Consumed == 0 || s.Servers[1].Consumed == 0 {
+		t.Fatalf("chaos over two servers of yours: %+v", s)
+	}
 	if r := pooltop(t, "chaos", "--servers", "1"); r.code != exitUsage || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
 		t.Fatalf("chaos --servers 1: exit %d, %q", r.code, r.stderr)
 	}
@@ -262,6 +274,30 @@ func TestBenchOverServers(t *testing.T) {
 	}
 	if r := pooltop(t, "bench", "--servers", "0"); r.code != exitUsage {
 		t.Fatalf("bench --servers 0: exit %d, %q", r.code, r.stderr)
+	}
+
+	// On servers of yours: a pool over them in the scratch schema, run
+	// twice (the second empties the first's pool), the pool you keep in
+	// public left as it was.
+	a, b := emptyDB(t), emptyDB(t)
+	pooltop(t, "migrate", "--dsn", a, "--dsn", b).must(t)
+	pooltop(t, "seed", "--count", "100", "--dsn", a, "--dsn", b).must(t)
+	for range 2 {
+		r = pooltop(t, "bench", "--dsn", a, "--dsn", b, "--strategies", "batched", "--workers", "2", "--duration", "1s", "--warmup", "300ms", "--pool-size", "5000", "--json")
+		if r.code != 0 {
+			t.Fatalf("bench --dsn a --dsn b: exit %d: %s%s", r.code, r.stdout, r.stderr)
+		}
+		rows = decode[[]serversBenchRow](t, r.stdout)
+		if len(rows) != 1 || rows[0].Servers != 2 || len(rows[0].Share) != 2 || rows[0].CyclesPerS <= 0 {
+			t.Fatalf("bench over two servers of yours: %s", r.stdout)
+		}
+	}
+	v := decode[map[string]any](t, pooltop(t, "verify", "--json", "--dsn", a, "--dsn", b).must(t).stdout)
+	if v["total"].(float64) != 100 || v["consumed"].(float64) != 0 {
+		t.Fatalf("the pool in public after bench over its servers: %v", v)
+	}
+	if r := pooltop(t, "bench", "--servers", "2", "--dsn", a, "--dsn", b); r.code != exitUsage {
+		t.Fatalf("bench --servers with --dsn: exit %d, %q", r.code, r.stderr)
 	}
 }
 
