@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -392,15 +393,17 @@ var _ = context.Background
 func TestBlockingClaimHoldsItsLockForLockHeld(t *testing.T) {
 	b := setup(t, 4)
 	type result struct {
-		ls  []engine.Lease
-		err error
+		ls    []engine.Lease
+		err   error
+		order int64 // 1 for the claim that returned first
 	}
+	var returned atomic.Int64
 	claim := func(holder string, held time.Duration) <-chan result {
 		out := make(chan result, 1)
 		go func() {
 			ls, err := b.eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{
 				Holder: holder, TTL: time.Minute, N: 1, Strategy: engine.Blocking, LockHeld: held})
-			out <- result{ls, err}
+			out <- result{ls, err, returned.Add(1)}
 		}()
 		return out
 	}
@@ -419,13 +422,12 @@ func TestBlockingClaimHoldsItsLockForLockHeld(t *testing.T) {
 	pgtest.Eventually(t, "the fast claim waits on the slow claim's lock", 10*time.Second, func() bool {
 		return sessions(`wait_event_type = 'Lock' AND query LIKE '%FOR NO KEY UPDATE'`) == 1
 	})
-	var first result
-	select {
-	case first = <-slow:
-	case r := <-fast:
-		t.Fatalf("the fast claim returned (%v, %v) while the slow one held its lock", r.ls, r.err)
+	// Both may have returned by now (the slow one lets go after a second):
+	// their order is what tells.
+	first, second := <-slow, <-fast
+	if second.order < first.order {
+		t.Fatalf("the fast claim returned (%v, %v) before the slow one, which held its lock", second.ls, second.err)
 	}
-	second := <-fast
 	if first.err != nil || second.err != nil {
 		t.Fatalf("claims: slow %v, fast %v", first.err, second.err)
 	}
