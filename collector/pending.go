@@ -78,7 +78,15 @@ type pendingCounter struct {
 	large bool
 	// firstWalk: the entries the first walk reads (0: initPending).
 	firstWalk int64
+	// catalog is the index's entries by the catalog, as a walk last read
+	// them at catalogAt (every catalogEvery: the statistics move slowly,
+	// and reading them costs a walk about a millisecond).
+	catalog   int64
+	catalogAt time.Time
 }
+
+// catalogEvery is how often a walk reads the index's entries by the catalog.
+const catalogEvery = 10 * time.Second
 
 // pendingSlice holds the PENDING rows whose lease expires in [lo, hi); a nil lo is
 // -infinity, a nil hi is +infinity (leases at infinity itself are counted
@@ -150,6 +158,7 @@ type pendingQuery struct {
 	capped             bool         // count at most cap of them …
 	cap                int64        // … noneCap+1, or less while the looks grow (see look)
 	askForever, askLow bool
+	askCatalog         bool // the walk reads the catalog's entries (else catalog is the last read)
 
 	// results
 	walked    int64       // entries the walk read (walk+1: it stopped before the slice's end)
@@ -157,7 +166,9 @@ type pendingQuery struct {
 	below     [3]int64    // entries of the walk below each cut
 	bounds    []time.Time // a key every sliceWidth entries of the walk
 	ranks     []int64     // position (from 1) of each bound's first entry in the walk
-	catalog   int64       // index entries according to the catalog (read by the walk; 0 when there is none)
+	catalog   int64       // index entries according to the catalog (read by the walk, or the last read; 0 when there is none)
+	// readCatalog: this poll's walk read the catalog.
+	readCatalog bool
 	counts    []int64
 	mins      []*time.Time // the earliest key of each recounted slice
 	splits    [3]int64     // entries of each cut's slice below the cut
@@ -179,7 +190,8 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 		p.slices = []pendingSlice{{}}
 	}
 	server := now.Add(p.skew)
-	q := &pendingQuery{walkAt: -1, walk: p.walk.n, cuts: [3]time.Time{server, server.Add(-expiredAfter), server.Add(-stuckAfter)}}
+	q := &pendingQuery{walkAt: -1, walk: p.walk.n, cuts: [3]time.Time{server, server.Add(-expiredAfter), server.Add(-stuckAfter)},
+		catalog: p.catalog, askCatalog: p.catalogAt.IsZero() || now.Sub(p.catalogAt) >= catalogEvery}
 	q.none = !p.ranged && (p.none.wait <= 0 || !p.none.counted)
 	if p.look == 0 {
 		p.look = firstNoneCap
@@ -446,7 +458,7 @@ SELECT statement_timestamp(), count(*), min(k),
            count(*) FILTER (WHERE k < $7::timestamptz)),
        coalesce(array_agg(k ORDER BY rn) FILTER (WHERE rn %% $4::bigint = 1 AND rn > 1 AND r > 1), '{}'),
        coalesce(array_agg(r ORDER BY rn) FILTER (WHERE rn %% $4::bigint = 1 AND rn > 1 AND r > 1), '{}'),
-       (SELECT coalesce(sum(least(greatest(ic.reltuples, 0), greatest(tc.reltuples, 0) * coalesce(f.freq, 0))), 0)::bigint
+       CASE WHEN $8::bool THEN (SELECT coalesce(sum(least(greatest(ic.reltuples, 0), greatest(tc.reltuples, 0) * coalesce(f.freq, 0))), 0)::bigint
         FROM (SELECT relid FROM pg_partition_tree(%[2]s::regclass) WHERE isleaf
               UNION ALL SELECT %[2]s::regclass WHERE NOT EXISTS (SELECT FROM pg_partition_tree(%[2]s::regclass))) AS l
         JOIN pg_class ic ON ic.oid = l.relid
@@ -455,19 +467,23 @@ SELECT statement_timestamp(), count(*), min(k),
         JOIN pg_namespace n ON n.oid = tc.relnamespace
         CROSS JOIN LATERAL (SELECT (s.most_common_freqs[array_position(s.most_common_vals::text::text[], 'PENDING')])::float8 AS freq
                             FROM pg_stats s WHERE s.schemaname = n.nspname AND s.tablename = tc.relname
-                            AND s.attname = 'status' AND NOT s.inherited) AS f),
+                            AND s.attname = 'status' AND NOT s.inherited) AS f) END,
        clock_timestamp()
 FROM (SELECT leased_until AS k, row_number() OVER w AS rn, rank() OVER w AS r
       FROM (SELECT leased_until FROM %[1]s WHERE status = 'PENDING'
             AND leased_until >= $1::timestamptz AND leased_until < $2::timestamptz ORDER BY leased_until LIMIT $3::bigint) AS s
       WINDOW w AS (ORDER BY leased_until)) AS x`, table, quoteLiteral(index)),
-		from, upto, q.walk+1, sliceWidth, q.cuts[0], q.cuts[1], q.cuts[2]).QueryRow(func(row pgx.Row) error {
+		from, upto, q.walk+1, sliceWidth, q.cuts[0], q.cuts[1], q.cuts[2], q.askCatalog).QueryRow(func(row pgx.Row) error {
 		var t0, t1 time.Time
+		var catalog *int64
 		var bounds []pgtype.Timestamptz
 		var first pgtype.Timestamptz
 		var below belowRow
-		if err := row.Scan(&t0, &q.walked, &first, &below, &bounds, &q.ranks, &q.catalog, &t1); err != nil {
+		if err := row.Scan(&t0, &q.walked, &first, &below, &bounds, &q.ranks, &catalog, &t1); err != nil {
 			return fmt.Errorf("pending ids: walk: %w", err)
+		}
+		if catalog != nil {
+			q.catalog, q.readCatalog = *catalog, true
 		}
 		q.first, q.below = finite(first), below
 		var ranks []int64
@@ -590,6 +606,9 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	f := pendingFigures{server: q.server}
 	if !q.server.IsZero() {
 		p.skew = q.server.Sub(now)
+	}
+	if q.readCatalog {
+		p.catalog, p.catalogAt = q.catalog, now
 	}
 	var firstKey *time.Time // the earliest lease expiry, when the first non-empty slice was recounted
 	for i, k := range q.recount {
