@@ -161,24 +161,24 @@ type pendingQuery struct {
 	askCatalog         bool // the walk reads the catalog's entries (else catalog is the last read)
 
 	// results
-	walked    int64       // entries the walk read (walk+1: it stopped before the slice's end)
-	first     *time.Time  // the walk's first key
-	below     [3]int64    // entries of the walk below each cut
-	bounds    []time.Time // a key every sliceWidth entries of the walk
-	ranks     []int64     // position (from 1) of each bound's first entry in the walk
-	catalog   int64       // index entries according to the catalog (read by the walk, or the last read; 0 when there is none)
+	walked  int64       // entries the walk read (walk+1: it stopped before the slice's end)
+	first   *time.Time  // the walk's first key
+	below   [3]int64    // entries of the walk below each cut
+	bounds  []time.Time // a key every sliceWidth entries of the walk
+	ranks   []int64     // position (from 1) of each bound's first entry in the walk
+	catalog int64       // index entries according to the catalog (read by the walk, or the last read; 0 when there is none)
 	// readCatalog: this poll's walk read the catalog.
 	readCatalog bool
-	counts    []int64
-	mins      []*time.Time // the earliest key of each recounted slice
-	splits    [3]int64     // entries of each cut's slice below the cut
-	forever   int64        // leases that expire at infinity
-	leaseless leaselessRows
-	low       *int64 // lowest id of the live leases, when there are at most lowCap
-	lowN      int64  // live leases read for low (lowCap+1: more)
-	server    time.Time
-	walkMS    float64 // server time of the walk
-	rotMS     float64 // server time of the recounts
+	counts      []int64
+	mins        []*time.Time // the earliest key of each recounted slice
+	splits      [3]int64     // entries of each cut's slice below the cut
+	forever     int64        // leases that expire at infinity
+	leaseless   leaselessRows
+	low         *int64 // lowest id of the live leases, when there are at most lowCap
+	lowN        int64  // live leases read for low (lowCap+1: more)
+	server      time.Time
+	walkMS      float64 // server time of the walk
+	rotMS       float64 // server time of the recounts
 }
 
 // plan decides what the next poll counts. now is our clock; expiredAfter and
