@@ -283,7 +283,7 @@ func TestBenchOverServers(t *testing.T) {
 	pooltop(t, "migrate", "--dsn", a, "--dsn", b).must(t)
 	pooltop(t, "seed", "--count", "100", "--dsn", a, "--dsn", b).must(t)
 	for range 2 {
-		r = pooltop(t, "bench", "--dsn", a, "--dsn", b, "--strategies", "batched", "--workers", "2", "--duration", "1s", "--warmup", "300ms", "--pool-size", "5000", "--json")
+		r = pooltop(t, "bench", "--dsn", a, "--dsn", b, "--strategies", "skip-locked", "--workers", "4", "--duration", "2s", "--warmup", "300ms", "--pool-size", "5000", "--json")
 		if r.code != 0 {
 			t.Fatalf("bench --dsn a --dsn b: exit %d: %s%s", r.code, r.stdout, r.stderr)
 		}
