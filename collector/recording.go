@@ -162,9 +162,16 @@ func ReadRecording(rec *Recording, r io.Reader, name string) error {
 // killed in the middle of a write) is dropped; any other line that is not
 // a header or a snapshot is an error.
 func ScanRecording(r io.Reader, name string, header func(RecordingHeader), snapshot func(Snapshot, []byte) error) error {
+	return ScanRecordingWarn(r, name, header, snapshot, nil)
+}
+
+// ScanRecordingWarn is ScanRecording, calling dropped (when not nil) with
+// the number of a last line it dropped because it was cut short.
+func ScanRecordingWarn(r io.Reader, name string, header func(RecordingHeader), snapshot func(Snapshot, []byte) error, dropped func(line int)) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	var bad error
+	badLine := 0
 	seen := 0
 	for n := 1; sc.Scan(); n++ {
 		line := bytes.TrimSpace(sc.Bytes())
@@ -190,7 +197,7 @@ func ScanRecording(r io.Reader, name string, header func(RecordingHeader), snaps
 			if err == nil {
 				err = errors.New(`no "time"`)
 			}
-			bad = fmt.Errorf("%s line %d: not a pooltop snapshot (%v): give a file written by --record or by watch --headless --json", name, n, err)
+			bad, badLine = fmt.Errorf("%s line %d: not a pooltop snapshot (%v): give a file written by --record or by watch --headless --json", name, n, err), n
 			continue
 		}
 		seen++
@@ -213,6 +220,9 @@ func ScanRecording(r io.Reader, name string, header func(RecordingHeader), snaps
 	}
 	if bad != nil && seen == 0 {
 		return bad // nothing but that line: not a recording at all
+	}
+	if bad != nil && dropped != nil {
+		dropped(badLine)
 	}
 	return nil
 }

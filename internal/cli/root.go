@@ -191,7 +191,7 @@ psql.
 	pf.StringArrayVar(&g.dsns, "dsn", nil, "PostgreSQL URL or key=value string; watch, verify, doctor, migrate, seed and lease default to $DATABASE_URL, then the PG* variables; the demo, bench and chaos never read those: without --dsn they start an embedded server (work needs --dsn); give it once per server for a pool over several servers (every command: migrate, seed, verify, lease, work, watch, doctor, bench, chaos, the demo)")
 	pf.StringVar(&g.dsnFile, "dsn-file", "", "a file of DSNs, one per line (# starts a comment): the servers of a pool over several, as --dsn given once for each")
 	pf.StringVar(&g.schema, "schema", "public", "schema that holds the pool")
-	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g), newBenchCmd(g), newChaosCmd(g), newVerifyCmd(g), newWatchCmd(g), newDoctorCmd(g), newWorkCmd(g), newReplayCmd(g), newAlertsCmd(g))
+	root.AddCommand(newMigrateCmd(g), newSeedCmd(g), newLeaseCmd(g), newBenchCmd(g), newChaosCmd(g), newVerifyCmd(g), newWatchCmd(g), newDoctorCmd(g), newWorkCmd(g), newReplayCmd(g), newReportCmd(g), newAlertsCmd(g))
 	for _, c := range root.Commands() {
 		wrapArgs(c)
 	}

@@ -1,0 +1,122 @@
+package report
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/workload"
+)
+
+// day makes n snapshots a second apart: a pool draining slowly, a lock
+// wait of 9,876 ms at one snapshot only (spike), a lock_wait alert up for
+// ten minutes from an hour in, and a demo workload's counters.
+func day(n, spike int) []collector.Snapshot {
+	start := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	out := make([]collector.Snapshot, n)
+	for i := range out {
+		s := collector.Snapshot{Time: start.Add(time.Duration(i) * time.Second)}
+		s.Pool = collector.Pool{Unused: int64(1_000_000 - i), Pending: int64(10 + i%7), Consumed: int64(i)}
+		s.BurnPerS, s.LockWaiters, s.LockWaitMaxMS = 1, i%3, float64(i%50)
+		if i == spike {
+			s.LockWaitMaxMS = 9876
+		}
+		s.Workload = &workload.Snapshot{FencedRejections: int64(i / 1000), DoubleFinalizations: 0}
+		s.Alerts = []collector.Alert{{Name: collector.AlertLockWait, Active: i >= 3600 && i < 4200, Message: "longest lock wait over 50 ms"}}
+		out[i] = s
+	}
+	return out
+}
+
+// A day of 1 s polls: the page stays within its budget, the lock wait of
+// one snapshot is the peak and is drawn, the alert's ten minutes are one
+// span with its runbook line, and the page says it was downsampled.
+func TestADayOfSnapshots(t *testing.T) {
+	const n, spike = 86_400, 43_210
+	r, err := New(&collector.RecordingHeader{Mode: "watch", Source: collector.Info{Host: "db:5432", Database: "pool", User: "oncall", Table: "public.resource_pool"}},
+		day(n, spike), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := r.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	const budget = 1 << 20 // 1 MiB for a day, uPlot included
+	if b.Len() > budget {
+		t.Errorf("a day's page is %d bytes, over the budget of %d", b.Len(), budget)
+	}
+	t.Logf("a day of 1 s snapshots: %d bytes", b.Len())
+	if len(r.Peaks) == 0 {
+		t.Fatal("no peaks")
+	}
+	var wait *Peak
+	for i := range r.Peaks {
+		if r.Peaks[i].Name == "longest lock wait (ms)" {
+			wait = &r.Peaks[i]
+		}
+	}
+	if wait == nil || wait.Value != 9876 || !wait.At.Equal(time.Date(2026, 12, 5, 12, 0, 10, 0, time.UTC)) {
+		t.Fatalf("lock wait peak %+v, want 9876 ms at 12:00:10", wait)
+	}
+	if !strings.Contains(page, ",9876,") {
+		t.Error("the one-snapshot spike of 9876 ms is not among the points drawn")
+	}
+	if len(r.Alerts) != 1 || r.Alerts[0].To.Sub(r.Alerts[0].From) != 10*time.Minute || !strings.Contains(r.Alerts[0].Runbook, "Look first at") {
+		t.Fatalf("alerts %+v, want lock_wait up for 10 minutes with its runbook", r.Alerts)
+	}
+	for _, want := range []string{"oncall@db:5432/pool", "86,400 snapshots", "no peak is lost", "lock_wait", "10m0s", "stale-token rejections</th><td>86<"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page has no %q", want)
+		}
+	}
+	if strings.Contains(page, "http://") || strings.Contains(page, "https://") && !strings.Contains(page, "https://github.com/leeoniya/uPlot") {
+		t.Error("the page refers to the network")
+	}
+}
+
+// The window: --from and --to keep the snapshots between them, and a
+// window with none is an error that says where the recording runs.
+func TestWindow(t *testing.T) {
+	snaps := day(600, 300)
+	from, to := snaps[100].Time, snaps[199].Time
+	r, err := New(nil, snaps, Options{From: from, To: to, Title: "t"})
+	if err != nil || r.Snapshots != 100 || !r.From.Equal(from) || !r.To.Equal(to) {
+		t.Fatalf("window: %v snapshots from %v to %v (%v)", r.Snapshots, r.From, r.To, err)
+	}
+	_, err = New(nil, snaps, Options{From: snaps[599].Time.Add(time.Hour)})
+	if err == nil || !strings.Contains(err.Error(), "no snapshot between") || !strings.Contains(err.Error(), "the recording runs from") {
+		t.Fatalf("an empty window: %v", err)
+	}
+}
+
+// Downsampling keeps every bucket's extremes, in time order, within the
+// limit, and everything when there are few points.
+func TestDownsampleKeepsPeaks(t *testing.T) {
+	v := make([]float64, 100_000)
+	for i := range v {
+		v[i] = math.Sin(float64(i) / 1000)
+	}
+	v[77_777], v[12_345] = 50, -50
+	keep := Downsample(len(v), 2000, v)
+	if len(keep) > 2000 {
+		t.Fatalf("%d points kept, over 2000", len(keep))
+	}
+	seen := map[int]bool{}
+	for i, k := range keep {
+		if i > 0 && k <= keep[i-1] {
+			t.Fatalf("not in time order at %d", i)
+		}
+		seen[k] = true
+	}
+	if !seen[77_777] || !seen[12_345] {
+		t.Fatal("a peak was dropped")
+	}
+	if got := Downsample(10, 2000, v[:10]); len(got) != 10 {
+		t.Fatalf("10 points: kept %d", len(got))
+	}
+}
