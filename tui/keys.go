@@ -15,7 +15,7 @@ type keyMap struct {
 	RateDown, RateUp, Preset, FenceWhere, RequestID, Autovacuum     key.Binding
 	SkewDown, SkewUp, Report                                        key.Binding
 	Up, Down, Soft, Hard, Doctor, Order, Filter                     key.Binding
-	Window, Runbook, StopServer                                     key.Binding
+	Window, Runbook, StopServer, WriteReport                        key.Binding
 	demo                                                            bool
 }
 
@@ -69,6 +69,7 @@ func newKeyMap(demo bool) keyMap {
 		Window:      b([]string{"h"}, "h", "chart window: fit, 1m, 15m, 1h"),
 		Runbook:     b([]string{"m"}, "m", "runbook of the raised alerts"),
 		StopServer:  b([]string{"S"}, "S", "stop a server hard / start it"),
+		WriteReport: b([]string{"O"}, "O", "write the report (HTML) of the recording"),
 		demo:        demo,
 	}
 	for _, k := range []*key.Binding{&km.WorkersDown, &km.WorkersUp, &km.Lease, &km.Fencing, &km.Renew, &km.Reaper, &km.Strategy,
@@ -90,7 +91,7 @@ func (k keyMap) ShortHelp() []key.Binding {
 
 // FullHelp is the table shown by '?'.
 func (k keyMap) FullHelp() [][]key.Binding {
-	cols := [][]key.Binding{{k.Quit, k.Help, k.Pause, k.Slower, k.Faster, k.Reset, k.Fresh}, {k.Up, k.Soft, k.Hard, k.Doctor, k.Runbook, k.Order, k.Filter, k.Window}}
+	cols := [][]key.Binding{{k.Quit, k.Help, k.Pause, k.Slower, k.Faster, k.Reset, k.Fresh}, {k.Up, k.Soft, k.Hard, k.Doctor, k.Runbook, k.WriteReport, k.Order, k.Filter, k.Window}}
 	if k.demo {
 		cols = append(cols,
 			[]key.Binding{k.Preset, k.Lease, k.Fencing, k.FenceWhere, k.Renew, k.Reaper, k.Strategy},

@@ -62,6 +62,9 @@ type Options struct {
 	// Replay, when set, is the recording Source plays: the dashboard shows
 	// REPLAY and the recorded time, and its keys move the play head.
 	Replay Player
+	// Report, when set, writes the report (pooltop report) of what has
+	// been recorded so far and returns the file's path: the key O.
+	Report func() (string, error)
 }
 
 // messages
@@ -87,6 +90,11 @@ type (
 		i   int
 		cfg workload.Config
 		err error
+	}
+	// reportMsg: the report was written (Options.Report).
+	reportMsg struct {
+		path string
+		err  error
 	}
 	// serverMsg: a server was stopped or started again (ServerFault).
 	serverMsg struct {
@@ -199,6 +207,7 @@ func New(o Options) Model {
 	}
 	_, faults := o.Knobs.(ServerFault)
 	m.keys.StopServer.SetEnabled(faults)
+	m.keys.WriteReport.SetEnabled(o.Report != nil)
 	m.replayKeys = newReplayKeys(m.keys)
 	if o.Replay != nil {
 		first, _, _ := o.Replay.Bounds()
@@ -306,6 +315,13 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case resetMsg:
 		m.action = "counters, charts and alerts reset"
 		return m, nil
+	case reportMsg:
+		if msg.err != nil {
+			m.notice = "report failed: " + firstLine(msg.err.Error())
+		} else {
+			m.notice = "report written: " + msg.path
+		}
+		return m, nil
 	case serverMsg:
 		m.busy = ""
 		if msg.err != nil {
@@ -389,6 +405,10 @@ func (m Model) key(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.showRunbook = !m.showRunbook
 		m.cacheCharts()
 		return m, nil
+	case key.Matches(msg, k.WriteReport):
+		write := m.opts.Report
+		m.notice = "writing the report…"
+		return m, func() tea.Msg { path, err := write(); return reportMsg{path, err} }
 	case key.Matches(msg, k.Doctor):
 		m.showDoctor = !m.showDoctor
 		m.cacheCharts()

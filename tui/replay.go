@@ -76,7 +76,7 @@ func (k replayKeys) ShortHelp() []key.Binding {
 // FullHelp is the table shown by '?'.
 func (k replayKeys) FullHelp() [][]key.Binding {
 	return [][]key.Binding{{k.all.Quit, k.all.Help, k.Play, k.Slower, k.Faster}, {k.Back, k.Forward, k.Minus, k.Plus, k.Start, k.End, k.GoTo},
-		{k.all.Window, k.all.Up, k.all.Order, k.all.Filter}}
+		{k.all.Window, k.all.Up, k.all.Order, k.all.Filter, k.all.WriteReport}}
 }
 
 // move moves the play head and shows what is there. It runs on the UI

@@ -221,7 +221,7 @@ func (o *demoOptions) show(ctx context.Context, g *globals, d demoShow) error {
 		knobs = d.knobs
 	}
 	return tui.Run(ctx, tui.Options{Source: src.source(), Knobs: knobs, Mode: "demo", Server: d.server, Interval: o.watch.interval,
-		Color: useColor(), Scenario: o.sc.Name, Actions: d.actions})
+		Color: useColor(), Scenario: o.sc.Name, Actions: d.actions, Report: o.watch.sink.report()})
 }
 
 // checkVacuumOff refuses a start with autovacuum off (the vacuum-off story)

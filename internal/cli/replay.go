@@ -106,5 +106,5 @@ func (o *replayOptions) run(ctx context.Context, g *globals) error {
 	if h := rec.Header; h != nil && h.IntervalS > 0 {
 		interval = time.Duration(h.IntervalS * float64(time.Second))
 	}
-	return tui.Run(ctx, tui.Options{Source: rp, Replay: rp, Mode: "replay", Interval: interval, Color: useColor()})
+	return tui.Run(ctx, tui.Options{Source: rp, Replay: rp, Mode: "replay", Interval: interval, Color: useColor(), Report: reportOf(o.files...)})
 }

@@ -67,56 +67,89 @@ connects to a database; no password is in a recording.
 }
 
 func (o *reportOptions) run(_ context.Context, g *globals) error {
-	var header *collector.RecordingHeader
-	var snaps []collector.Snapshot
-	for _, name := range o.files {
-		if err := o.read(g, name, &header, &snaps); err != nil {
-			return err
-		}
-	}
-	if len(snaps) == 0 {
-		return usageError{fmt.Errorf("no snapshot in %s: give a file written by --record or by watch --headless --json", strings.Join(o.files, ", "))}
-	}
-	from, err := reportTime("--from", o.from, snaps)
+	r, err := o.write(func(w string) { fmt.Fprintln(g.stderr, "pooltop: "+w) })
 	if err != nil {
 		return err
-	}
-	to, err := reportTime("--to", o.to, snaps)
-	if err != nil {
-		return err
-	}
-	if !from.IsZero() && !to.IsZero() && to.Before(from) {
-		return usageError{fmt.Errorf("--to %s is before --from %s", o.to, o.from)}
-	}
-	r, err := report.New(header, snaps, report.Options{Title: o.title, From: from, To: to})
-	if err != nil {
-		return usageError{err}
-	}
-	f, err := os.CreateTemp(filepath.Dir(o.out), ".pooltop-report-*")
-	if err != nil {
-		return fmt.Errorf("-o %s: %w: give a file in a directory you can write", o.out, errors.Unwrap(err))
-	}
-	defer os.Remove(f.Name())
-	if err := r.WriteHTML(f); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", o.out, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", o.out, err)
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil { // a page to share, unlike a recording
-		return fmt.Errorf("write %s: %w", o.out, err)
-	}
-	if err := os.Rename(f.Name(), o.out); err != nil {
-		return fmt.Errorf("-o %s: %w", o.out, err)
 	}
 	fmt.Fprintf(g.stdout, "%s: %d snapshots from %s to %s\n", o.out, r.Snapshots, r.From.Format(time.RFC3339), r.To.Format(time.RFC3339))
 	return nil
 }
 
+// write reads the recordings and writes the page to o.out (through a
+// temporary file, so that a page half written never replaces one);
+// warnings (a last line cut short) go to warn.
+func (o *reportOptions) write(warn func(string)) (*report.Report, error) {
+	var header *collector.RecordingHeader
+	var snaps []collector.Snapshot
+	for _, name := range o.files {
+		if err := o.read(warn, name, &header, &snaps); err != nil {
+			return nil, err
+		}
+	}
+	if len(snaps) == 0 {
+		return nil, usageError{fmt.Errorf("no snapshot in %s: give a file written by --record or by watch --headless --json", strings.Join(o.files, ", "))}
+	}
+	from, err := reportTime("--from", o.from, snaps)
+	if err != nil {
+		return nil, err
+	}
+	to, err := reportTime("--to", o.to, snaps)
+	if err != nil {
+		return nil, err
+	}
+	if !from.IsZero() && !to.IsZero() && to.Before(from) {
+		return nil, usageError{fmt.Errorf("--to %s is before --from %s", o.to, o.from)}
+	}
+	r, err := report.New(header, snaps, report.Options{Title: o.title, From: from, To: to})
+	if err != nil {
+		return nil, usageError{err}
+	}
+	f, err := os.CreateTemp(filepath.Dir(o.out), ".pooltop-report-*")
+	if err != nil {
+		return nil, fmt.Errorf("-o %s: %w: give a file in a directory you can write", o.out, errors.Unwrap(err))
+	}
+	defer os.Remove(f.Name())
+	if err := r.WriteHTML(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write %s: %w", o.out, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("write %s: %w", o.out, err)
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil { // a page to share, unlike a recording
+		return nil, fmt.Errorf("write %s: %w", o.out, err)
+	}
+	if err := os.Rename(f.Name(), o.out); err != nil {
+		return nil, fmt.Errorf("-o %s: %w", o.out, err)
+	}
+	return r, nil
+}
+
+// reportOf is the dashboard's key O: the report of the recording files
+// (the older first), written beside the newest as its name with .html.
+func reportOf(files ...string) func() (string, error) {
+	return func() (string, error) {
+		var have []string
+		for _, f := range files {
+			if _, err := os.Stat(f); err == nil {
+				have = append(have, f)
+			}
+		}
+		if len(have) == 0 {
+			return "", errors.New("nothing is recorded: start with --record FILE to write a report from the dashboard")
+		}
+		last := have[len(have)-1]
+		o := &reportOptions{files: have, out: strings.TrimSuffix(last, filepath.Ext(last)) + ".html"}
+		if _, err := o.write(func(string) {}); err != nil {
+			return "", err
+		}
+		return o.out, nil
+	}
+}
+
 // read appends one file's snapshots; a file of another pool than those
 // before it is refused, a last line cut short is dropped with a warning.
-func (o *reportOptions) read(g *globals, name string, header **collector.RecordingHeader, snaps *[]collector.Snapshot) error {
+func (o *reportOptions) read(warn func(string), name string, header **collector.RecordingHeader, snaps *[]collector.Snapshot) error {
 	f, err := os.Open(name)
 	if err != nil {
 		return usageError{fmt.Errorf("report: %w: give a file written by --record or by watch --headless --json", err)}
@@ -139,7 +172,7 @@ func (o *reportOptions) read(g *globals, name string, header **collector.Recordi
 		*snaps = append(*snaps, s)
 		return nil
 	}, func(line int) {
-		fmt.Fprintf(g.stderr, "pooltop: %s line %d is cut short (pooltop stopped while writing it): left out, the rest reported\n", name, line)
+		warn(fmt.Sprintf("%s line %d is cut short (pooltop stopped while writing it): left out, the rest reported", name, line))
 	})
 	if err == nil {
 		err = mismatch

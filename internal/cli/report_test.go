@@ -37,6 +37,18 @@ func TestReportOfARecording(t *testing.T) {
 		t.Fatal("the page holds the password")
 	}
 
+	// The dashboard's key O: the recording so far (no FILE.1 yet), beside it.
+	path, err := reportOf(file+".1", file)()
+	if err != nil || path != filepath.Join(dir, "watch.html") {
+		t.Fatalf("the key's report: %q, %v", path, err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reportOf()(); err == nil || !strings.Contains(err.Error(), "--record") {
+		t.Fatalf("the key without a recording: %v", err)
+	}
+
 	// A last line cut short (pooltop killed mid-write): left out, with a warning.
 	raw, err := os.ReadFile(file)
 	if err != nil {

@@ -51,6 +51,15 @@ func (o *sinkOptions) addFlags(c *cobra.Command) {
 	f.Var(&o.recordMax, "record-max", "with --record: when FILE reaches this size it is renamed FILE.1 (replacing the older FILE.1) and a new FILE begins (e.g. 500KiB, 64MiB, 1GiB)")
 }
 
+// report is the dashboard's key O: the report of --record's file so far
+// (with FILE.1 before it when the recording has rotated).
+func (o *sinkOptions) report() func() (string, error) {
+	if o.record == "" {
+		return reportOf()
+	}
+	return reportOf(o.record+".1", o.record)
+}
+
 func (o *sinkOptions) validate() error {
 	if o.listen != "" {
 		addr, err := listenAddr(o.listen)

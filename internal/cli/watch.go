@@ -191,7 +191,7 @@ func (o *watchOptions) run(ctx context.Context, g *globals) error {
 	if o.headless || !isTerminal() {
 		return runHeadless(ctx, g, src, o)
 	}
-	opts := tui.Options{Source: src.source(), Mode: "watch", Interval: o.interval, Color: useColor()}
+	opts := tui.Options{Source: src.source(), Mode: "watch", Interval: o.interval, Color: useColor(), Report: o.sink.report()}
 	if o.actions {
 		a, err := demo.WatchActor(ctx, o.cfg, g.dsnFrom(), col.(*collector.Collector))
 		if err != nil {
