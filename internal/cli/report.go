@@ -17,8 +17,8 @@ import (
 
 // reportOptions are the flags of pooltop report, and the files it reads.
 type reportOptions struct {
-	out, title, from, to string
-	files                []string
+	out, title, from, to, svg string
+	files                     []string
 }
 
 func (o *reportOptions) addFlags(c *cobra.Command, _ *globals) {
@@ -27,6 +27,7 @@ func (o *reportOptions) addFlags(c *cobra.Command, _ *globals) {
 	f.StringVar(&o.title, "title", "", "the page's title (default: the window's dates)")
 	f.StringVar(&o.from, "from", "", "leave out the snapshots before this `TIME`: RFC 3339 (2026-12-05T14:03:00Z), or HH:MM[:SS] on the recording's first day")
 	f.StringVar(&o.to, "to", "", "leave out the snapshots after this `TIME` (as --from)")
+	f.StringVar(&o.svg, "svg", "", "also write each chart as an SVG file in `DIR` (made if missing), for a document or a README")
 	c.Args = func(_ *cobra.Command, args []string) error {
 		if len(args) == 0 {
 			return errors.New("give the recording: pooltop report FILE -o incident.html (several files read as one: FILE.1 FILE)")
@@ -62,7 +63,8 @@ recording is drawn with its peaks kept, and the page says so. Nothing
 connects to a database; no password is in a recording.
 
   pooltop report pool.ndjson -o incident.html
-  pooltop report pool.ndjson.1 pool.ndjson --from 14:00 --to 14:30 --title "Pool drained, 5 Dec"`,
+  pooltop report pool.ndjson.1 pool.ndjson --from 14:00 --to 14:30 --title "Pool drained, 5 Dec"
+  pooltop report pool.ndjson --svg charts/     # also each chart as charts/pool-by-state.svg …`,
 	})
 }
 
@@ -72,6 +74,14 @@ func (o *reportOptions) run(_ context.Context, g *globals) error {
 		return err
 	}
 	fmt.Fprintf(g.stdout, "%s: %d snapshots from %s to %s\n", o.out, r.Snapshots, r.From.Format(time.RFC3339), r.To.Format(time.RFC3339))
+	if o.svg == "" {
+		return nil
+	}
+	files, err := r.WriteSVG(o.svg)
+	if err != nil {
+		return fmt.Errorf("--svg %s: %w", o.svg, err)
+	}
+	fmt.Fprintf(g.stdout, "%s: %d charts as SVG\n", o.svg, len(files))
 	return nil
 }
 

@@ -20,8 +20,8 @@ func TestReportOfARecording(t *testing.T) {
 	pooltop(t, "watch", "--dsn", dsn, "--schema", schema, "--headless", "--count", "4", "--interval", "250ms", "--record", file).must(t)
 
 	out := filepath.Join(dir, "incident.html")
-	r := pooltop(t, "report", file, "-o", out, "--title", "Pool test incident")
-	if r.code != exitOK || !strings.Contains(r.stdout, "4 snapshots") {
+	r := pooltop(t, "report", file, "-o", out, "--title", "Pool test incident", "--svg", filepath.Join(dir, "charts"))
+	if r.code != exitOK || !strings.Contains(r.stdout, "4 snapshots") || !strings.Contains(r.stdout, "charts as SVG") {
 		t.Fatalf("report: exit %d, %s%s", r.code, r.stdout, r.stderr)
 	}
 	page, err := os.ReadFile(out)
@@ -35,6 +35,9 @@ func TestReportOfARecording(t *testing.T) {
 	}
 	if strings.Contains(string(page), pw) {
 		t.Fatal("the page holds the password")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "charts", "pool-by-state.svg")); err != nil {
+		t.Fatalf("--svg: %v", err)
 	}
 
 	// The dashboard's key O: the recording so far (no FILE.1 yet), beside it.

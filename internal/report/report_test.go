@@ -3,6 +3,8 @@ package report
 import (
 	"bytes"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -118,5 +120,44 @@ func TestDownsampleKeepsPeaks(t *testing.T) {
 	}
 	if got := Downsample(10, 2000, v[:10]); len(got) != 10 {
 		t.Fatalf("10 points: kept %d", len(got))
+	}
+}
+
+// --svg: a file per chart with values, each an SVG document named after
+// its chart, with a gap where a series was not recorded.
+func TestSVGPerChart(t *testing.T) {
+	snaps := day(3600, 1800)
+	for i := 1000; i < 1100; i++ {
+		snaps[i].Workload = nil // a stretch without the workload's figures
+	}
+	r, err := New(nil, snaps, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	files, err := r.WriteSVG(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(r.charts)-countEmpty(r) {
+		t.Fatalf("%d files for %d charts with values", len(files), len(r.charts)-countEmpty(r))
+	}
+	want := map[string]bool{"pool-by-state.svg": false, "lock-waits.svg": false, "fencing.svg": false}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b[:min(len(b), 400)], []byte("<svg")) {
+			t.Errorf("%s is not an SVG document: %.80q", f, b)
+		}
+		if _, ok := want[filepath.Base(f)]; ok {
+			want[filepath.Base(f)] = true
+		}
+	}
+	for name, seen := range want {
+		if !seen {
+			t.Errorf("no %s among %v", name, files)
+		}
 	}
 }
