@@ -209,6 +209,7 @@ type Collector struct {
 
 	mu     sync.Mutex // guards what follows
 	series map[string]*History
+	notes  []Event // noted since the last poll recorded (see Note)
 	events *eventLog
 	// gen counts the resets: a poll begun before the last one is not recorded.
 	gen int

@@ -889,3 +889,29 @@ func TestTheStartBringsInOneSessionAPoll(t *testing.T) {
 		t.Fatalf("after backend %d ended, the batches ran on %v (before on %v); want a new one in its place and the others kept", seats[1], now, seats)
 	}
 }
+
+// A note (a knob turned, an action taken) goes with the next snapshot, so
+// that a recording, its replay and its report hold it, and only once.
+func TestNotesGoWithTheNextSnapshot(t *testing.T) {
+	b := setup(t, 100)
+	c := b.collector(t, collector.Config{})
+	c.Note(collector.EventKnob, "workers 8 → 16")
+	s, err := c.Poll(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Events) == 0 || s.Events[0].Text != "workers 8 → 16" || s.Events[0].Kind != collector.EventKnob {
+		t.Fatalf("the next snapshot's events: %+v", s.Events)
+	}
+	if s, err = c.Poll(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range s.Events {
+		if e.Text == "workers 8 → 16" {
+			t.Fatal("a note went with two snapshots")
+		}
+	}
+	if n := len(c.Events()); n != 1 {
+		t.Fatalf("the log holds %d events, want the note once", n)
+	}
+}

@@ -132,7 +132,11 @@ func (c *Collector) record(s *Snapshot, gen int) {
 	for _, e := range events {
 		c.events.add(e)
 	}
-	s.Events = events
+	// The notes since the last poll go with this snapshot too (already
+	// in the log), so that a recording holds the knobs turned, the
+	// scenarios and the actions taken.
+	s.Events = append(c.notes, events...)
+	c.notes = nil
 }
 
 // workloadRates sets the workload's claim and commit rates since p, the
@@ -420,7 +424,9 @@ func (c *Collector) Suspend() {
 func (c *Collector) Note(kind EventKind, text string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.events.add(Event{Time: time.Now(), Kind: kind, Text: text})
+	e := Event{Time: time.Now(), Kind: kind, Text: text}
+	c.events.add(e)
+	c.notes = append(c.notes, e)
 }
 
 func etaText(eta *float64) string {

@@ -135,8 +135,9 @@ type Servers struct {
 	series    map[string]*History
 	events    *eventLog
 	prev      *raw
-	gen       int  // bumped by Reset and Suspend: a poll begun before is not recorded
-	suspended bool // no poll is recorded until the next Reset
+	notes     []Event // noted since the last poll recorded (see Note)
+	gen       int     // bumped by Reset and Suspend: a poll begun before is not recorded
+	suspended bool    // no poll is recorded until the next Reset
 }
 
 // ServersConfig configures Servers. Zero fields take defaults.
@@ -338,7 +339,8 @@ func (s *Servers) record(snap *Snapshot, gen int) {
 	for _, e := range events {
 		s.events.add(e)
 	}
-	snap.Events = events
+	snap.Events = append(s.notes, events...) // the notes are in the log already
+	s.notes = nil
 	addPoints(snap, cur, s.prev, func(name string, v float64) { s.series[name].Add(Point{snap.Time, v}) })
 	s.prev = cur
 }
@@ -348,7 +350,9 @@ func (s *Servers) record(snap *Snapshot, gen int) {
 func (s *Servers) Note(kind EventKind, text string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.events.add(Event{Time: time.Now(), Kind: kind, Text: text})
+	e := Event{Time: time.Now(), Kind: kind, Text: text}
+	s.events.add(e)
+	s.notes = append(s.notes, e)
 }
 
 // Reset starts the figures again, on every server and for the whole (see

@@ -3,6 +3,8 @@ package demo
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/user"
 	"strings"
 	"time"
 
@@ -79,7 +81,7 @@ func (a *Actor) signal(fn, verb string, pid int32) error {
 	if !ok {
 		return fmt.Errorf("%s backend %d: it is gone, or this role may not signal it (it needs pg_signal_backend or to be the same role)", verb, pid)
 	}
-	a.Collector.Note(collector.EventAction, fmt.Sprintf("%s backend %d (from the dashboard)", verb, pid))
+	a.Collector.Note(collector.EventAction, fmt.Sprintf("%s backend %d (from the dashboard, by %s)", verb, pid, who()))
 	return nil
 }
 
@@ -104,6 +106,19 @@ func (a *Actor) ReleaseExpired(holder string) (int64, error) {
 	if err != nil {
 		return res.Released, err
 	}
-	a.Collector.Note(collector.EventAction, fmt.Sprintf("released %d expired leases of %s, tokens raised (from the dashboard)", res.Released, holder))
+	a.Collector.Note(collector.EventAction, fmt.Sprintf("released %d expired leases of %s, tokens raised (from the dashboard, by %s)", res.Released, holder, who()))
 	return res.Released, nil
+}
+
+// who names the person acting from the dashboard, for the event log and
+// the postmortem: the operating system's user and host.
+func who() string {
+	name := "someone"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		name += "@" + h
+	}
+	return name
 }

@@ -169,7 +169,13 @@ func writeNums(b *strings.Builder, keep []int, v []float64, scale float64, forma
 var page = template.Must(template.New("report").Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<script>window.addEventListener("error", function(e){ var d = document.documentElement; d.setAttribute("data-errors", (d.getAttribute("data-errors") || "") + String(e.message) + ";"); });</script>
+<script>(function(){
+  // Script errors and console errors are written on the page's root, for
+  // a reader of its DOM (the browser test).
+  function note(m){ var d = document.documentElement; d.setAttribute("data-errors", (d.getAttribute("data-errors") || "") + m + ";"); }
+  window.addEventListener("error", function(e){ note(String(e.message)); });
+  var err = console.error; console.error = function(){ note(Array.prototype.join.call(arguments, " ")); return err.apply(console, arguments); };
+})();</script>
 <title>{{.Title}}</title>
 <style>{{.UplotCSS}}
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1100px;padding:0 1em;color:#222}
@@ -189,7 +195,8 @@ table{border-collapse:collapse;width:100%}td,th{text-align:left;padding:.2em .6e
 {{range .Alerts}}<tr><td class="alert">{{.Name}}</td><td>{{.From}}</td><td>{{.To}}</td><td>{{.Up}}</td><td>{{.Message}}<br><span class="muted">{{.Runbook}}</span></td></tr>
 {{end}}</table>{{else}}<p>No alert was raised in this window.</p>{{end}}
 <h2>Charts</h2>
-<p class="muted">One time axis for all charts: drag across a chart to zoom every chart in, double-click to zoom out; the legend under a chart gives the values at the cursor. {{.Drawn}}.</p>
+<p class="muted">One time axis for all charts: drag across a chart to zoom every chart in, double-click to zoom out, the buttons (or ← →) move the window; the legend under a chart gives the values at the cursor. {{.Drawn}}.</p>
+<p><button id="earlier">◀ earlier</button> <button id="later">later ▶</button> <button id="whole">the whole window</button></p>
 <div id="charts"></div>
 <h2>Events</h2>
 {{if .Events}}<table id="events"><tr><th>time</th><th>kind</th><th>event</th></tr>{{range .Events}}<tr><td>{{.Time}}</td><td>{{.Kind}}</td><td>{{.Text}}</td></tr>{{end}}</table>{{else}}<p>No event in this window.</p>{{end}}
@@ -221,6 +228,19 @@ table{border-collapse:collapse;width:100%}td,th{text-align:left;padding:.2em .6e
     p.pooltopTitle = c.title;
     plots.push(p);
   });
+  // Pan: move the window shown by half its width, within the recording.
+  function pan(dir){
+    if (!plots.length) return;
+    var x = plots[0].scales.x, d = plots[0].data[0];
+    var lo = d[0], hi = d[d.length-1], w = x.max - x.min, step = w / 2 * dir;
+    var min = Math.max(lo, Math.min(x.min + step, hi - w)), max = min + w;
+    plots[0].setScale("x", {min: min, max: max});
+  }
+  function whole(){ if (plots.length) { var d = plots[0].data[0]; plots[0].setScale("x", {min: d[0], max: d[d.length-1]}); } }
+  document.getElementById("earlier").onclick = function(){ pan(-1); };
+  document.getElementById("later").onclick = function(){ pan(1); };
+  document.getElementById("whole").onclick = whole;
+  document.addEventListener("keydown", function(e){ if (e.key === "ArrowLeft") pan(-1); if (e.key === "ArrowRight") pan(1); });
   window.pooltopCharts = plots;
   // What the charts hold, for a reader of the page's DOM (the browser test):
   // each chart's series and the highest value it was given.
