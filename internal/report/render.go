@@ -217,7 +217,7 @@ table{border-collapse:collapse;width:100%}td,th{text-align:left;padding:.2em .6e
     var series = [{}];
     c.names.forEach(function(n, i){ series.push({label: n, stroke: colors[i % colors.length], width: 1.5, spanGaps: false}); });
     var opts = {width: width, height: 220, series: series, cursor: {sync: {key: "pooltop"}, drag: {x: true, y: false}},
-      scales: {x: {time: true}}, axes: [{}, {size: 70}],
+      scales: {x: {time: true}}, axes: [{}, {size: 84}],
       hooks: {setScale: [function(u, key){
         if (key !== "x" || syncing) return;
         syncing = true;
