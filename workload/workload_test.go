@@ -3,6 +3,7 @@ package workload_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,9 +160,10 @@ func chaos(t *testing.T, name string, d time.Duration) workload.Summary {
 // (crashes happened, pauses were fenced) needs cycles, not seconds: on a
 // 2-core machine running other test binaries beside it, a long-lease run
 // once made 26 cycles where 600 are usual, and no worker crashed. A run
-// that stalled (see stalledFor) is run again on a fresh pool (at
-// most twice more), and says so; what it reports is never changed, and
-// after three stalled runs it is the one that made the most cycles.
+// that stalled (see stalledFor), or did not show its story (see
+// storyShown), is run again on a fresh pool (at most twice more), and
+// says so; what it reports is never changed, and after three such runs
+// it is the one that made the most cycles.
 func chaosWith(t *testing.T, name string, d time.Duration, override func(*workload.Config)) workload.Summary {
 	b := setup(t, 0)
 	var best workload.Summary
@@ -171,15 +173,34 @@ func chaosWith(t *testing.T, name string, d time.Duration, override func(*worklo
 			best = s
 		}
 		stalled := s.Cycles < usualCycles[name]/4 || s.DurationS > (d+stalledFor).Seconds()
-		if !stalled {
+		if !stalled && storyShown(s) {
 			return s
 		}
 		if attempt == 3 {
 			return best // the run that got furthest
 		}
-		t.Logf("%s: %d cycles, %.1f s for a run of %v: the machine stalled; again on a fresh pool", name, s.Cycles, s.DurationS, d)
+		if stalled {
+			t.Logf("%s: %d cycles, %.1f s for a run of %v: the machine stalled; again on a fresh pool", name, s.Cycles, s.DurationS, d)
+		} else {
+			t.Logf("%s: %d cycles in %.1f s, and the story did not show: again on a fresh pool", name, s.Cycles, s.DurationS)
+		}
 		b = &bundle{ctx: b.ctx, eng: pgtest.NewSeeded(t, b.ctx, 0, pgtest.Options{MaxConns: 40}).Engine}
 	}
+}
+
+// storyShown says whether the run showed what its scenario exists to
+// show. A story is a matter of chance (a paused worker must wake after
+// its id has gone to another, and both commit): on a loaded machine a
+// slow run (in CI: fence-in-app, 215 cycles in 7.5 s, 2 stale effects but
+// no double) may not show it, so it is run again, up to three runs in
+// all; one that never shows it still fails.
+func storyShown(s workload.Summary) bool {
+	for _, v := range s.Violations {
+		if strings.Contains(v, "did not show") {
+			return false
+		}
+	}
+	return true
 }
 
 // A chaos run of the tests stalled when it made fewer than a quarter of
