@@ -435,18 +435,6 @@ func (s *Servers) Info() Info {
 	return out
 }
 
-// Names are the servers' names, in the order given (#1, #2 … until the
-// server has answered once).
-func (s *Servers) Names() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, len(s.members))
-	for i, m := range s.members {
-		out[i] = m.name
-	}
-	return out
-}
-
 // Close closes every server's collector.
 func (s *Servers) Close() {
 	for _, m := range s.members {

@@ -66,24 +66,9 @@ func TestFleetMetrics(t *testing.T) {
 		{Name: "c", State: collector.ProcessGone, Held: 4},
 		{Name: "d", State: collector.ProcessStopped},
 	}})
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(e)
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, f := range fams {
-		for _, m := range f.GetMetric() {
-			name := f.GetName()
-			for _, l := range m.GetLabel() {
-				name += "/" + l.GetValue()
-			}
-			got[name] = m.GetGauge().GetValue()
-		}
-	}
+	got := gathered(t, e)
 	for name, want := range map[string]float64{
-		"pooltop_fleet_processes/alive": 2, "pooltop_fleet_processes/gone": 1, "pooltop_fleet_processes/stopped": 1,
+		"pooltop_fleet_processes/state=alive": 2, "pooltop_fleet_processes/state=gone": 1, "pooltop_fleet_processes/state=stopped": 1,
 		"pooltop_fleet_cycles_per_second": 150, "pooltop_fleet_gone_held_leases": 4,
 	} {
 		if got[name] != want {
@@ -106,22 +91,7 @@ func TestServerLabelledMetrics(t *testing.T) {
 	}
 	e := NewExporter(true)
 	e.Observe(collector.MergeServers(s1.Time, views))
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(e)
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, f := range fams {
-		for _, m := range f.GetMetric() {
-			name := f.GetName()
-			for _, l := range m.GetLabel() {
-				name += "/" + l.GetName() + "=" + l.GetValue()
-			}
-			got[name] = m.GetGauge().GetValue()
-		}
-	}
+	got := gathered(t, e)
 	for name, want := range map[string]float64{
 		"pooltop_pool_ids/server=s1/state=unused": 70, "pooltop_pool_ids/server=s2/state=unused": 30,
 		"pooltop_lock_waiters/server=s1": 2, "pooltop_lock_waiters/server=s2": 0,
@@ -140,4 +110,27 @@ func TestServerLabelledMetrics(t *testing.T) {
 	if _, ok := got["pooltop_lock_waiters/server=s3"]; ok {
 		t.Error("a server that did not answer has figures")
 	}
+}
+
+// gathered gathers e through a pedantic registry: each gauge's value by
+// its name and labels, as name/label=value/….
+func gathered(t *testing.T, e *Exporter) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(e)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			name := f.GetName()
+			for _, l := range m.GetLabel() {
+				name += "/" + l.GetName() + "=" + l.GetValue()
+			}
+			got[name] = m.GetGauge().GetValue()
+		}
+	}
+	return got
 }

@@ -64,15 +64,15 @@ type Peak struct {
 
 // chart is one chart of the page: its series share a y axis.
 type chart struct {
-	Title  string    `json:"title"`
-	Unit   string    `json:"unit"`
-	Series []*series `json:"series"`
+	Title  string
+	Unit   string
+	Series []*series
 }
 
 // series is one line: a value per snapshot (NaN where it was not recorded).
 type series struct {
-	Name string    `json:"name"`
-	V    []float64 `json:"-"`
+	Name string
+	V    []float64
 }
 
 // New reads the snapshots of a recording (in any order: they are sorted
