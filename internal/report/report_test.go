@@ -161,3 +161,40 @@ func TestSVGPerChart(t *testing.T) {
 		}
 	}
 }
+
+// The report on the other shapes pooltop records: a partitioned pool has
+// a chart of each partition's UNUSED, a watch over several servers one of
+// each server's (a server that did not answer leaves a gap), and their
+// peaks come from the sums.
+func TestPartitionedAndServersShapes(t *testing.T) {
+	snaps := day(600, 300)
+	for i := range snaps {
+		s := &snaps[i]
+		s.Partitions = []collector.PartitionUnused{{Name: "resource_pool_p0", Unused: int64(500 - i/2)}, {Name: "resource_pool_p1", Unused: int64(480 - i/3)}}
+		one := collector.Snapshot{Pool: collector.Pool{Unused: int64(700 - i)}}
+		s.Servers = []collector.ServerView{{Server: "s1", Reachable: true, Snapshot: &one}, {Server: "s2", Reachable: i%100 != 0, Snapshot: &one}}
+	}
+	r, err := New(nil, snaps, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := r.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, want := range []string{`"Partitions: UNUSED"`, `"partition resource_pool_p0"`, `"Servers: UNUSED"`, `"server s2"`, "servers</th><td>s1, s2"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page has no %s", want)
+		}
+	}
+	gaps := 0
+	for _, v := range r.byName["server s2"].V {
+		if math.IsNaN(v) {
+			gaps++
+		}
+	}
+	if gaps != 6 {
+		t.Errorf("server s2 has %d gaps, want the 6 polls it did not answer", gaps)
+	}
+}
