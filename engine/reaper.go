@@ -148,8 +148,16 @@ type ReaperStats struct {
 	// its holder had its row locked (SKIP LOCKED passes over it) or a pass
 	// stopped at MaxBatches. It holds whatever delayed the reaper: its
 	// interval, a CPU it waited for, a server that was away.
-	MaxGap    time.Duration
-	LastError error
+	MaxGap time.Duration
+	// MaxTwoGaps is the longest time from the start of one reap statement
+	// to the end of the second that succeeded after it: the bound of a
+	// lease that one statement passed over because its holder had its row
+	// locked (a renewal or a commit in flight as the lease ran out; the
+	// holder then finds it expired and lets go, and the next statement
+	// takes it). So no lease whose row was locked at most once as the
+	// reaper looked waits longer than Grace + MaxTwoGaps.
+	MaxTwoGaps time.Duration
+	LastError  error
 }
 
 // Reaper is the background service that returns expired leases to the pool.
@@ -161,10 +169,10 @@ type Reaper struct {
 	engines []*Engine
 	cfg     atomic.Pointer[ReaperConfig]
 
-	passes, reclaimed, errs, maxLag, maxBatch, maxGap atomic.Int64
-	// lastStart[i] is when the last statement that succeeded on engines[i]
-	// started, on the monotonic clock since epoch (0: none yet).
-	lastStart []atomic.Int64
+	passes, reclaimed, errs, maxLag, maxBatch, maxGap, maxTwoGaps atomic.Int64
+	// lastStart[i] is when the last two statements that succeeded on
+	// engines[i] started, on the monotonic clock since epoch (0: none yet).
+	lastStart []starts
 	lastErr   atomic.Pointer[error]
 
 	run startstop.Runner
@@ -176,7 +184,7 @@ func (e *Engine) NewReaper(cfg ReaperConfig) (*Reaper, error) {
 }
 
 func newReaper(engines []*Engine, cfg ReaperConfig) (*Reaper, error) {
-	r := &Reaper{engines: engines, lastStart: make([]atomic.Int64, len(engines))}
+	r := &Reaper{engines: engines, lastStart: make([]starts, len(engines))}
 	if err := r.SetConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -218,7 +226,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	return total, first
 }
 
-func (r *Reaper) reapOne(ctx context.Context, cfg ReaperConfig, e *Engine, lastStart *atomic.Int64) (int, error) {
+func (r *Reaper) reapOne(ctx context.Context, cfg ReaperConfig, e *Engine, lastStart *starts) (int, error) {
 	total := 0
 	for i := 0; i < cfg.MaxBatches; i++ {
 		start := time.Since(epoch)
@@ -232,8 +240,12 @@ func (r *Reaper) reapOne(ctx context.Context, cfg ReaperConfig, e *Engine, lastS
 			}
 			return total, err
 		}
-		if prev := lastStart.Swap(int64(start)); prev != 0 {
+		prev := lastStart.last.Swap(int64(start))
+		if prev != 0 {
 			storeMax(&r.maxGap, int64(end)-prev)
+		}
+		if before := lastStart.before.Swap(prev); before != 0 {
+			storeMax(&r.maxTwoGaps, int64(end)-before)
 		}
 		total += res.Reclaimed
 		r.reclaimed.Add(int64(res.Reclaimed))
@@ -276,18 +288,22 @@ func (r *Reaper) Running() bool { return r.run.Running() }
 // Stats returns the counters.
 func (r *Reaper) Stats() ReaperStats {
 	s := ReaperStats{
-		Passes:    r.passes.Load(),
-		Reclaimed: r.reclaimed.Load(),
-		Errors:    r.errs.Load(),
-		MaxLag:    time.Duration(r.maxLag.Load()),
-		MaxBatch:  time.Duration(r.maxBatch.Load()),
-		MaxGap:    time.Duration(r.maxGap.Load()),
+		Passes:     r.passes.Load(),
+		Reclaimed:  r.reclaimed.Load(),
+		Errors:     r.errs.Load(),
+		MaxLag:     time.Duration(r.maxLag.Load()),
+		MaxBatch:   time.Duration(r.maxBatch.Load()),
+		MaxGap:     time.Duration(r.maxGap.Load()),
+		MaxTwoGaps: time.Duration(r.maxTwoGaps.Load()),
 	}
 	if p := r.lastErr.Load(); p != nil {
 		s.LastError = *p
 	}
 	return s
 }
+
+// starts are when the last statement and the one before it started.
+type starts struct{ last, before atomic.Int64 }
 
 // epoch is the origin of the reaper's monotonic clock readings.
 var epoch = time.Now()

@@ -494,3 +494,45 @@ func TestReaperGapBoundsTheReclaimLag(t *testing.T) {
 		t.Fatalf("background: %+v, want a gap of at least %v and a lag within the grace and the gap", s, interval)
 	}
 }
+
+// A lease whose row its holder has locked as the reaper looks (a renewal
+// in flight as it ran out) is passed over by SKIP LOCKED and taken by the
+// next statement: its lag is over the longest gap between two statements
+// but within the longest two gaps, the bound chaos judges the reaper by.
+func TestReaperPassesOverALockedLeaseOnce(t *testing.T) {
+	b := setup(t, 10)
+	r, err := b.eng.NewReaper(engine.ReaperConfig{Batch: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RunOnce(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := b.eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{Holder: "h", TTL: time.Millisecond, N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(40 * time.Millisecond) // the lease runs out well before the next statement
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	if _, err := tx.Exec(b.ctx, "SELECT 1 FROM resource_pool WHERE id = $1 FOR NO KEY UPDATE", leases[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.RunOnce(b.ctx); err != nil || n != 0 {
+		t.Fatalf("the reaper took %d rows (%v) while the lease's row was locked", n, err)
+	}
+	time.Sleep(40 * time.Millisecond) // the holder's transaction goes on
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.RunOnce(b.ctx); err != nil || n != 1 {
+		t.Fatalf("the reaper took %d rows (%v) once the row was free, want 1", n, err)
+	}
+	s := r.Stats()
+	if s.MaxLag <= s.MaxGap || s.MaxLag > s.MaxTwoGaps {
+		t.Fatalf("%+v: want a lag over the longest gap and within the longest two gaps", s)
+	}
+}

@@ -365,7 +365,7 @@ WHERE application_name = 'pooltop-work' AND random() < 0.5`).Scan(&cut)
 	sum.Audit, sum.Committed, sum.Reclaimed, sum.MaxReclaimLagMS = audit, audit.Effects, rs.Reclaimed, ms(rs.MaxLag)
 	// As for Chaos: the gap between two reap statements that succeeded
 	// also holds the time the server was away.
-	sum.ReclaimBoundMS = ms(cfg.ReaperGrace + rs.MaxGap + 100*time.Millisecond)
+	sum.ReclaimBoundMS = ms(cfg.ReaperGrace + rs.MaxTwoGaps + 100*time.Millisecond) // see Summary.ReclaimBoundMS
 	for _, f := range audit.Findings {
 		sum.Violations = append(sum.Violations, f.Text)
 	}

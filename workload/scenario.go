@@ -352,12 +352,14 @@ run:
 		ExpiredPending: audit.PendingPastGrace, Reclaimed: rs.Reclaimed,
 		MaxReclaimLagMS: ms(rs.MaxLag),
 		// A lease expiring just after a reap statement looked is reclaimed
-		// by the next one: it waits at most the grace and the longest gap
-		// between two statements (engine.ReaperStats.MaxGap, which holds
-		// the interval and whatever delayed the reaper: a CPU it waited
-		// for, a pass's other batches), plus 100 ms for the server's clock
-		// read against ours.
-		ReclaimBoundMS: ms(cfg.ReaperGrace + rs.MaxGap + 100*time.Millisecond),
+		// by the next one, or, if its holder had its row locked then (a
+		// renewal or a commit in flight as it ran out: SKIP LOCKED passes
+		// over it), by the one after: it waits at most the grace and the
+		// longest two gaps between statements (engine.ReaperStats.MaxTwoGaps,
+		// which holds the interval and whatever delayed the reaper: a CPU
+		// it waited for, a pass's other batches), plus 100 ms for the
+		// server's clock read against ours.
+		ReclaimBoundMS: ms(cfg.ReaperGrace + rs.MaxTwoGaps + 100*time.Millisecond),
 		Crashes:        snap.Crashes, Pauses: snap.Pauses, EmptyPool: snap.EmptyPool,
 		Conflicts: snap.Conflicts, Errors: errs, Audit: audit,
 		LeasesLost: snap.LeasesLost, Transferred: snap.Transferred, OldHolderRejections: snap.OldHolderRejections,
