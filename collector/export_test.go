@@ -80,3 +80,11 @@ func Seats(c *Collector) [pollSessions]uint32 { return c.seats }
 
 // HoldersFrom is the first poll that reads the holders.
 const HoldersFrom = holdersFrom
+
+// SetWalkStop changes the server time at which c's walks of the PENDING
+// index stop reading (past minPending entries), for a test.
+func SetWalkStop(c *Collector, d time.Duration) { c.pending.walkStop = d }
+
+// WalkStops returns how many of c's walks stopped before their limit and
+// their slice's end.
+func WalkStops(c *Collector) int64 { return c.pending.walkStops }

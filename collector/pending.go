@@ -43,11 +43,16 @@ import (
 // census reads a pool without a PENDING index, and their figures are
 // estimated.
 type pendingCounter struct {
-	per    pace           // entries recounted in turn per poll, against the count budget
-	walk   pace           // entries walked per poll, against walkBudgetMS
-	walked int64          // entries the last walk read …
-	walkMS float64        // … and its server time
-	slices []pendingSlice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
+	per    pace    // entries recounted in turn per poll, against the count budget
+	walk   pace    // entries walked per poll, against walkBudgetMS
+	walked int64   // entries the last walk read …
+	walkMS float64 // … and its server time
+	// walkStop: the server time at which a walk stops reading (0:
+	// walkStopMS); walkStops counts the walks that stopped before their
+	// limit and their slice's end
+	walkStop  time.Duration
+	walkStops int64
+	slices    []pendingSlice // contiguous, ascending; the first starts at -infinity, the last ends at +infinity
 	// the rotation has passed every slice below turnedTo (else it starts
 	// from the first)
 	turned   bool
@@ -131,18 +136,20 @@ type leaselessRows struct {
 
 // Tuning of the PENDING counter.
 const (
-	sliceWidth   = 256     // entries per slice
-	noneCap      = 1024    // more rows without a lease than this are counted every n/noneCap polls
-	lowCap       = 64      // the lowest id of the live leases is read while there are at most this many
-	noneSample   = 256     // rows without a lease read from the table per poll, for their age
-	foreverEvery = 30      // leases at infinity are counted every this many polls
-	lowEvery     = 10      // polls between reads of the lowest live lease id while there are many
-	firstNoneCap = 64      // rows without a lease the first look counts at most (a heap fetch each, cold)
-	minPending   = 512     // entries walked or recounted in turn per poll, at least …
-	maxPending   = 262_144 // … and at most
-	initPending  = 2_048   // the first walk: a cold index costs a page read every few hundred entries
-	maxWalk      = 16_384  // entries walked per poll at most (see absorb)
-	largePending = 8       // pages of the PENDING index the first walk reads about (initPending entries)
+	sliceWidth   = 256              // entries per slice
+	noneCap      = 1024             // more rows without a lease than this are counted every n/noneCap polls
+	lowCap       = 64               // the lowest id of the live leases is read while there are at most this many
+	noneSample   = 256              // rows without a lease read from the table per poll, for their age
+	foreverEvery = 30               // leases at infinity are counted every this many polls
+	lowEvery     = 10               // polls between reads of the lowest live lease id while there are many
+	firstNoneCap = 64               // rows without a lease the first look counts at most (a heap fetch each, cold)
+	minPending   = 512              // entries walked or recounted in turn per poll, at least …
+	maxPending   = 262_144          // … and at most
+	initPending  = 2_048            // the first walk: a cold index costs a page read every few hundred entries
+	maxWalk      = 16_384           // entries walked per poll at most (see absorb)
+	walkStopMS   = 2 * walkBudgetMS // server time at which a walk stops reading, past minPending entries
+	walkRun      = 4 * sliceWidth   // entries of one key past which a walk stops reading
+	largePending = 8                // pages of the PENDING index the first walk reads about (initPending entries)
 )
 
 // pendingQuery is the plan of one poll's PENDING statements, and their results.
@@ -161,12 +168,14 @@ type pendingQuery struct {
 	askCatalog         bool // the walk reads the catalog's entries (else catalog is the last read)
 
 	// results
-	walked  int64       // entries the walk read (walk+1: it stopped before the slice's end)
-	first   *time.Time  // the walk's first key
-	below   [3]int64    // entries of the walk below each cut
-	bounds  []time.Time // a key every sliceWidth entries of the walk
-	ranks   []int64     // position (from 1) of each bound's first entry in the walk
-	catalog int64       // index entries according to the catalog (read by the walk, or the last read; 0 when there is none)
+	walked   int64         // entries the walk read (walk+1: it stopped before the slice's end)
+	stopped  bool          // the walk stopped at walkStop or at a long run of one key (walk is then walked-1)
+	walkStop time.Duration // server time at which the walk stops reading, past minPending entries
+	first    *time.Time    // the walk's first key
+	below    [3]int64      // entries of the walk below each cut
+	bounds   []time.Time   // a key every sliceWidth entries of the walk
+	ranks    []int64       // position (from 1) of each bound's first entry in the walk
+	catalog  int64         // index entries according to the catalog (read by the walk, or the last read; 0 when there is none)
 	// readCatalog: this poll's walk read the catalog.
 	readCatalog bool
 	counts      []int64
@@ -191,7 +200,8 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	}
 	server := now.Add(p.skew)
 	q := &pendingQuery{walkAt: -1, walk: p.walk.n, cuts: [3]time.Time{server, server.Add(-expiredAfter), server.Add(-stuckAfter)},
-		catalog: p.catalog, askCatalog: p.catalogAt.IsZero() || now.Sub(p.catalogAt) >= catalogEvery}
+		catalog: p.catalog, askCatalog: p.catalogAt.IsZero() || now.Sub(p.catalogAt) >= catalogEvery,
+		walkStop: cmp.Or(p.walkStop, walkStopMS*time.Millisecond)}
 	q.none = !p.ranged && (p.none.wait <= 0 || !p.none.counted)
 	if p.look == 0 {
 		p.look = firstNoneCap
@@ -434,15 +444,35 @@ func (q *pendingQuery) queueWalk(b *pgx.Batch, table, index string, slices []pen
 	// The walk reads the index in key order from the slice's start and
 	// returns the key at every sliceWidth-th entry with the position of its
 	// first entry: consecutive positions give each new slice its exact
-	// count, ties included. Its time is measured inside the server, so that
-	// the pace follows the server's work, not the round trip: from the
-	// statement's start (statement_timestamp(): in a batch, when the server
-	// began this statement) to the output, whose columns are computed after
-	// the aggregate has read every entry (a clock_timestamp() in the first
-	// column is read then too: it measured nothing, and the walk's pace,
-	// never slow, doubled at every walk to its largest, 262,144 entries).
-	// One streaming pass over the index entries (no sort, no materialized
-	// set): rank() is the position of the first entry of a key's run.
+	// count, ties included.
+	//
+	// It reads the entries in chunks of sliceWidth, one recursive step a
+	// chunk (c): each chunk from the last one's last key, past the entries
+	// of that key already read (ties), kept as an array. A chunk's first
+	// entry is then the key of a slice bound and r1 the position of the
+	// first entry of its key's run; the entries below each cut are
+	// counted by a binary search of each chunk (width_bucket). Nothing is
+	// sorted or numbered entry by entry: on 16,384 entries it takes half
+	// the time a window over them did. The OFFSET 0 keeps the chunk's
+	// subquery from being pulled up into the step, which would run it
+	// once for every reference to its array.
+	//
+	// The walk stops at walkStop of server time once it has read
+	// minPending entries: an entry on a heap page the workers just
+	// changed costs a heap fetch, ten times or more an entry on an
+	// all-visible page, and a walk paced on cheap entries that ran into
+	// such ones cost a poll 40-50 ms of the server's CPU. It also stops
+	// past walkRun entries of one key, since each chunk reads again the
+	// entries of its first key already read; the rest of a longer run is
+	// left to the next walk (see cut). A walk that stopped so is taken as
+	// one of fewer entries (see stop).
+	//
+	// Its time is measured inside the server, so that the pace follows
+	// the server's work, not the round trip: from the statement's start
+	// (statement_timestamp(): in a batch, when the server began this
+	// statement) to the output, whose columns are computed after the
+	// aggregate has read every chunk.
+	//
 	// The index's entries by the catalog: for each leaf index (the index
 	// itself, where pg_partition_tree lists nothing), the lower of its own
 	// count and its table's rows times the share of PENDING in the
@@ -453,11 +483,29 @@ func (q *pendingQuery) queueWalk(b *pgx.Batch, table, index string, slices []pen
 	// statistics adds nothing: the walked part is all there is to show.
 	from, upto := bound(slices[q.walkAt].lo, false), bound(slices[q.walkAt].hi, true)
 	b.Queue(fmt.Sprintf(`
-SELECT statement_timestamp(), count(*), min(k),
-       row(count(*) FILTER (WHERE k < $5::timestamptz), count(*) FILTER (WHERE k < $6::timestamptz),
-           count(*) FILTER (WHERE k < $7::timestamptz)),
-       coalesce(array_agg(k ORDER BY rn) FILTER (WHERE rn %% $4::bigint = 1 AND rn > 1 AND r > 1), '{}'),
-       coalesce(array_agg(r ORDER BY rn) FILTER (WHERE rn %% $4::bigint = 1 AND rn > 1 AND r > 1), '{}'),
+WITH RECURSIVE c(ks, last, ties, got, r1, more) AS (
+    SELECT '{}'::timestamptz[], $1::timestamptz, 0::bigint, 0::bigint, 0::bigint, true
+  UNION ALL
+    SELECT n.ks, n.ks[cardinality(n.ks)],
+           cardinality(n.ks) + 1 - array_position(n.ks, n.ks[cardinality(n.ks)])
+             + CASE WHEN n.ks[cardinality(n.ks)] = c.last THEN c.ties ELSE 0 END,
+           c.got + cardinality(n.ks),
+           CASE WHEN n.ks[1] = c.last THEN c.got - c.ties + 1 ELSE c.got + 1 END,
+           cardinality(n.ks) = least($4::bigint, $3::bigint - c.got)
+    FROM c CROSS JOIN LATERAL (
+        SELECT ARRAY(SELECT leased_until FROM %[1]s WHERE status = 'PENDING'
+                     AND leased_until >= c.last AND leased_until < $2::timestamptz
+                     ORDER BY leased_until OFFSET c.ties LIMIT least($4::bigint, $3::bigint - c.got)) AS ks
+        OFFSET 0) AS n
+    WHERE c.more AND c.got < $3::bigint AND c.ties <= %[4]d
+      AND (c.got <= %[3]d OR clock_timestamp() < statement_timestamp() + make_interval(secs => $9::float8 / 1000))
+)
+SELECT statement_timestamp(), max(got), min(ks[1]),
+       row(sum(width_bucket($5::timestamptz - interval '1 microsecond', ks)),
+           sum(width_bucket($6::timestamptz - interval '1 microsecond', ks)),
+           sum(width_bucket($7::timestamptz - interval '1 microsecond', ks))),
+       coalesce(array_agg(ks[1] ORDER BY got) FILTER (WHERE got > cardinality(ks) AND cardinality(ks) > 0 AND r1 > 1), '{}'),
+       coalesce(array_agg(r1 ORDER BY got) FILTER (WHERE got > cardinality(ks) AND cardinality(ks) > 0 AND r1 > 1), '{}'),
        CASE WHEN $8::bool THEN (SELECT coalesce(sum(least(greatest(ic.reltuples, 0), greatest(tc.reltuples, 0) * coalesce(f.freq, 0))), 0)::bigint
         FROM (SELECT relid FROM pg_partition_tree(%[2]s::regclass) WHERE isleaf
               UNION ALL SELECT %[2]s::regclass WHERE NOT EXISTS (SELECT FROM pg_partition_tree(%[2]s::regclass))) AS l
@@ -468,19 +516,21 @@ SELECT statement_timestamp(), count(*), min(k),
         CROSS JOIN LATERAL (SELECT (s.most_common_freqs[array_position(s.most_common_vals::text::text[], 'PENDING')])::float8 AS freq
                             FROM pg_stats s WHERE s.schemaname = n.nspname AND s.tablename = tc.relname
                             AND s.attname = 'status' AND NOT s.inherited) AS f) END,
+       NOT bool_or(NOT more OR got >= $3::bigint),
        clock_timestamp()
-FROM (SELECT leased_until AS k, row_number() OVER w AS rn, rank() OVER w AS r
-      FROM (SELECT leased_until FROM %[1]s WHERE status = 'PENDING'
-            AND leased_until >= $1::timestamptz AND leased_until < $2::timestamptz ORDER BY leased_until LIMIT $3::bigint) AS s
-      WINDOW w AS (ORDER BY leased_until)) AS x`, table, quoteLiteral(index)),
-		from, upto, q.walk+1, sliceWidth, q.cuts[0], q.cuts[1], q.cuts[2], q.askCatalog).QueryRow(func(row pgx.Row) error {
+FROM c`, table, quoteLiteral(index), minPending, walkRun),
+		from, upto, q.walk+1, sliceWidth, q.cuts[0], q.cuts[1], q.cuts[2], q.askCatalog, millis(q.walkStop)).QueryRow(func(row pgx.Row) error {
 		var t0, t1 time.Time
 		var catalog *int64
 		var bounds []pgtype.Timestamptz
 		var first pgtype.Timestamptz
 		var below belowRow
-		if err := row.Scan(&t0, &q.walked, &first, &below, &bounds, &q.ranks, &catalog, &t1); err != nil {
+		var stopped bool
+		if err := row.Scan(&t0, &q.walked, &first, &below, &bounds, &q.ranks, &catalog, &stopped, &t1); err != nil {
 			return fmt.Errorf("pending ids: walk: %w", err)
+		}
+		if stopped && q.walked > 0 {
+			q.stop()
 		}
 		if catalog != nil {
 			q.catalog, q.readCatalog = *catalog, true
@@ -499,6 +549,12 @@ FROM (SELECT leased_until AS k, row_number() OVER w AS rn, rank() OVER w AS r
 		return nil
 	})
 }
+
+// stop takes a walk that stopped before its slice's end and before its
+// limit (at walkStop, or in a long run of one key) as a walk of one
+// entry fewer than it read: its last entry is where the next walk of the
+// slice goes on.
+func (q *pendingQuery) stop() { q.walk, q.stopped = q.walked-1, true }
 
 func quoteLiteral(s string) string {
 	out := "'"
@@ -792,6 +848,10 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	}
 	if q.walkAt >= 0 {
 		p.walked, p.walkMS = q.walked, q.walkMS
+		if q.stopped {
+			p.walk.n = max(p.walk.lo, q.walk) // what fitted
+			p.walkStops++
+		}
 		p.walk.adjust(q.walkMS, walkBudgetMS)
 		p.walk.n = min(p.walk.n, maxWalk)
 	}

@@ -13,6 +13,9 @@ import (
 type model struct {
 	keys []time.Time // lease expiries, sorted; farFuture stands for infinity, the zero time for -infinity
 	none []time.Time // updated_at of the rows without a lease
+	// stopAt: the walk's deadline falls once it has read this many
+	// entries (0: never)
+	stopAt int
 }
 
 func (m *model) sort() {
@@ -66,7 +69,30 @@ func (m *model) answerCounts(q *pendingQuery, slices []pendingSlice, now time.Ti
 				w = append(w, k)
 			}
 		}
+		// The walk reads chunks of sliceWidth and stops, past minPending
+		// entries, at its deadline (here once it has read stopAt), or past
+		// walkRun entries of one key.
+		got, stopped := 0, false
+		for got < len(w) {
+			n := min(sliceWidth, len(w)-got)
+			got += n
+			if n < sliceWidth || int64(got) > q.walk {
+				break
+			}
+			ties := 0
+			for i := got - 1; i >= 0 && w[i].Equal(w[got-1]); i-- {
+				ties++
+			}
+			if ties > walkRun || got > minPending && m.stopAt > 0 && got >= m.stopAt {
+				stopped = true
+				break
+			}
+		}
+		w = w[:got]
 		q.walked = int64(len(w))
+		if stopped {
+			q.stop()
+		}
 		if len(w) > 0 {
 			f := w[0]
 			q.first = &f
@@ -526,4 +552,59 @@ func TestPendingRotationFollowsTheKeysAcrossCuts(t *testing.T) {
 			t.Fatalf("slice %d of 12 never recounted in 24 polls, with three cuts below the rotation at each", i)
 		}
 	}
+}
+
+// Walks that stop at their deadline (a cold or busy server: here each
+// stops once it has read a little over minPending entries) and in runs of
+// one key longer than walkRun still cover the index: the figures become
+// exact, later than with whole walks, and stay exact while leases come
+// and go.
+func TestPendingWalksThatStopEarlyStillCover(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const expiredAfter, stuckAfter = time.Second, 5 * time.Minute
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	m := &model{stopAt: minPending + sliceWidth}
+	for i := 0; i < 20_000; i++ {
+		m.keys = append(m.keys, now.Add(-time.Minute-time.Duration(rng.Int64N(int64(2*time.Hour)))))
+	}
+	for _, at := range []time.Duration{-90 * time.Minute, -20 * time.Minute} {
+		for i := 0; i < 3*walkRun; i++ { // runs of one key, longer than a walk may read
+			m.keys = append(m.keys, now.Add(at))
+		}
+	}
+	for i := 0; i < 2000; i++ {
+		m.keys = append(m.keys, now.Add(time.Duration(rng.Int64N(int64(time.Minute)))))
+	}
+	m.sort()
+	var p pendingCounter
+	stops := 0
+	poll := func() pendingFigures {
+		q := p.plan(now, expiredAfter, stuckAfter)
+		m.answer(q, p.slices, now)
+		if q.stopped {
+			stops++
+		}
+		return p.absorb(q, now, time.Millisecond)
+	}
+	converged := -1
+	for i := 0; i < 300 && converged < 0; i++ {
+		if figures(poll()) == m.truth(now, expiredAfter, stuckAfter) && !p.discovering() {
+			converged = i + 1
+		}
+		now = now.Add(time.Second)
+	}
+	if converged < 0 || stops == 0 {
+		t.Fatalf("figures exact after %d polls (-1: never in 300), %d walks stopped early", converged, stops)
+	}
+	for step := 0; step < 100; step++ {
+		now = now.Add(time.Second)
+		for i := 0; i < 10; i++ {
+			m.keys = append(m.keys, now.Add(time.Minute+time.Duration(rng.Int64N(int64(time.Second)))))
+		}
+		m.sort()
+		if got, want := figures(poll()), m.truth(now, expiredAfter, stuckAfter); got != want {
+			t.Fatalf("step %d: figures %+v, truth %+v", step, got, want)
+		}
+	}
+	t.Logf("exact after %d polls; %d walks stopped early", converged, stops)
 }

@@ -692,3 +692,39 @@ func firstPoll(t *testing.T, ctx context.Context, schema string, conn *pgx.Conn)
 	}
 	return c, tr, s
 }
+
+// Walks of the PENDING index that stop at their deadline (here as soon as
+// they may, past minPending entries) and in a run of one key longer than
+// a walk reads at once (3,000 leases set by one statement) still count
+// the pool exactly, on the server.
+func TestWalksThatStopEarlyCountExactly(t *testing.T) {
+	for _, sh := range shapes[:2] { // the shapes with a PENDING index and no partitions (whose walks stay short here)
+		t.Run(sh.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			schema := sh.build(t, 40_000)
+			conn := pgtest.Conn(t, schema)
+			if _, err := conn.Exec(ctx, `UPDATE resource_pool SET status = 'PENDING', leased_until = now() + interval '10 minutes', updated_at = now()
+				WHERE id IN (SELECT id FROM resource_pool WHERE status = 'UNUSED' ORDER BY id DESC LIMIT 3000)`); err != nil {
+				t.Fatal(err)
+			}
+			c := newCollector(t, ctx, collector.Config{Table: schema + ".resource_pool"})
+			collector.SetWalkStop(c, time.Nanosecond)
+			cfg := c.Config()
+			var worst float64
+			var which string
+			for i := 0; i < 100; i++ {
+				s, err := c.Poll(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				worst, which = worstError(s.Pool, countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter))
+				if worst == 0 && collector.WalkStops(c) > 0 {
+					t.Logf("exact after %d polls, %d walks stopped early", i+1, collector.WalkStops(c))
+					return
+				}
+			}
+			t.Fatalf("after 100 polls: off by %.2f%% (%s), %d walks stopped early", worst, which, collector.WalkStops(c))
+		})
+	}
+}
