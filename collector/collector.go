@@ -607,7 +607,8 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 			conn.Release()
 		}
 	}()
-	// Three batches on three sessions at once: the UNUSED count on one;
+	// Three batches, on as many sessions as pollSessions allows (one: they
+	// go as one batch), else at once: the UNUSED count on one;
 	// the PENDING count and the UNUSED sweep on another (on 8 partitions
 	// the sweep made the third session's polls the longest; without a
 	// PENDING index the table scan is the heaviest, and the sweep stays
@@ -843,24 +844,23 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	return s, nil
 }
 
-// pollSessions is how many sessions a poll uses once all have polled.
-// A partitioned pool's polls use one: a backend's first statements over
-// every partition cost it the catalog of each and a first read of each
-// page (planning one statement over 8 partitions, 8–31 ms on a new
-// backend), and a batch moved to a second and a third session paid that
-// again at polls 2 and 3 (50 ms and more), where one session's polls are
-// 4–9 ms slower in wall time under claims but cost the server less at
-// every poll (docs/benchmarks.md).
-const pollSessions = 3
+// pollSessions is how many sessions a poll uses once all have polled:
+// one, on every pool. A backend's first statements cost it the catalog
+// of the table and its indexes and a page fault at its first touch of
+// each shared buffer; with three sessions each batch paid that on its
+// own backend (polls 2 and 3 of a 10 M-row leak cost 43-71 ms), and the
+// three backends together cost the server more at every poll: the median
+// poll of that leak's first minute was 10.4-12.9 ms of CPU over eight
+// runs on three sessions, 7.2-8.6 over four on one, whose polls take a
+// few ms longer in wall time (docs/benchmarks.md). On 8 partitions, one
+// session's first plans over every partition are paid once (8-31 ms a
+// statement on a new backend). Poll still splits its work into three
+// batches, sent on as many sessions as this allows.
+const pollSessions = 1
 
 // sessionsWanted is how many sessions c's polls use once all have polled
 // (see pollSessions).
-func (c *Collector) sessionsWanted() int {
-	if c.t.partitioned {
-		return 1
-	}
-	return pollSessions
-}
+func (c *Collector) sessionsWanted() int { return pollSessions }
 
 // sessions returns the sessions of a poll's batches: the i-th runs batch
 // i, on the backend that ran it at the last poll, where that one is still

@@ -808,70 +808,32 @@ func TestTheWalkIsTimed(t *testing.T) {
 	}
 }
 
-// A backend's first statements cost it tens of milliseconds of CPU, three
-// times over when the poll's three sessions start at once. The first poll
-// runs on one session, the second on two, the third on all three; each
-// poll's sessions are those that polled before, and one new.
-func TestTheStartBringsInOneSessionAPoll(t *testing.T) {
+// A backend's first statements cost it tens of milliseconds of CPU: every
+// poll runs on the one session the collector opened, and a backend that
+// ends gives its place to a new one.
+func TestEveryPollRunsOnOneSession(t *testing.T) {
 	b := setup(t, 4000)
 	c := b.collector(t, collector.Config{})
-	if n := collector.Sessions(c); n != 3 {
-		t.Fatalf("the collector opened %d sessions before its first poll; want 3", n)
+	if n := collector.Sessions(c); n != 1 {
+		t.Fatalf("the collector opened %d sessions before its first poll; want 1", n)
 	}
-	// usedSince lists the collector's backends that ran a statement since
-	// the server's time from.
-	usedSince := func(from time.Time) []uint32 {
-		conns := collector.DBPool(c).Raw().AcquireAllIdle(b.ctx)
-		var pids []uint32
-		for _, conn := range conns {
-			pids = append(pids, conn.Conn().PgConn().PID())
-			conn.Release()
-		}
-		if len(pids) != 3 {
-			t.Fatalf("%d of the collector's sessions are idle between polls; want 3", len(pids))
-		}
-		rows, err := b.conn.Query(b.ctx, `SELECT pid FROM pg_stat_activity WHERE pid = ANY($1) AND state_change >= $2 ORDER BY pid`, pids, from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		used, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return used
-	}
-	var before []uint32
-	for poll := 1; poll <= 4; poll++ {
-		var from time.Time
-		if err := b.conn.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&from); err != nil {
-			t.Fatal(err)
-		}
+	var seat uint32
+	for poll := 1; poll <= 5; poll++ {
 		if _, err := c.Poll(b.ctx); err != nil {
 			t.Fatal(err)
 		}
-		used := usedSince(from)
-		if want := min(poll, 3); len(used) != want {
-			t.Fatalf("poll %d ran on %d sessions (%v); want %d", poll, len(used), used, want)
+		now := collector.Seats(c)[0]
+		if poll == 1 {
+			seat = now
 		}
-		for _, pid := range before {
-			if !slices.Contains(used, pid) {
-				t.Fatalf("poll %d left out backend %d, which polled before (it ran on %v)", poll, pid, used)
-			}
-		}
-		before = used
-	}
-	// Each batch keeps its backend from poll to poll; a backend that ends
-	// gives its batch to a new one, and the others keep theirs.
-	seats := collector.Seats(c)
-	for poll := 5; poll <= 8; poll++ {
-		if _, err := c.Poll(b.ctx); err != nil {
-			t.Fatal(err)
-		}
-		if now := collector.Seats(c); now != seats {
-			t.Fatalf("poll %d ran the batches on backends %v; the polls before on %v", poll, now, seats)
+		if now == 0 || now != seat {
+			t.Fatalf("poll %d ran on backend %d; the polls before on %d", poll, now, seat)
 		}
 	}
-	if _, err := b.conn.Exec(b.ctx, `SELECT pg_terminate_backend($1)`, seats[1]); err != nil {
+	if n := collector.Sessions(c); n != 1 {
+		t.Fatalf("the collector holds %d sessions after 5 polls; want 1", n)
+	}
+	if _, err := b.conn.Exec(b.ctx, `SELECT pg_terminate_backend($1)`, seat); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -881,12 +843,11 @@ func TestTheStartBringsInOneSessionAPoll(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no poll succeeded after a session ended: %v", err)
+			t.Fatalf("no poll succeeded after the session ended: %v", err)
 		}
 	}
-	now := collector.Seats(c)
-	if now[0] != seats[0] || now[2] != seats[2] || now[1] == seats[1] || now[1] == 0 {
-		t.Fatalf("after backend %d ended, the batches ran on %v (before on %v); want a new one in its place and the others kept", seats[1], now, seats)
+	if now := collector.Seats(c)[0]; now == seat || now == 0 {
+		t.Fatalf("after backend %d ended, the poll ran on %d; want a new one", seat, now)
 	}
 }
 
