@@ -32,16 +32,9 @@ func chromium(t *testing.T) string {
 func TestThePageInABrowser(t *testing.T) {
 	t.Parallel()
 	bin := chromium(t)
-	r, err := New(nil, day(86_400, 43_210), Options{Title: "browser test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, page := rendered(t, nil, day(86_400, 43_210), Options{Title: "browser test"})
 	file := filepath.Join(t.TempDir(), "report.html")
-	var b bytes.Buffer
-	if err := r.WriteHTML(&b); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, b.Bytes(), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(page), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -38,21 +38,13 @@ func day(n, spike int) []collector.Snapshot {
 // span with its runbook line, and the page says it was downsampled.
 func TestADayOfSnapshots(t *testing.T) {
 	const n, spike = 86_400, 43_210
-	r, err := New(&collector.RecordingHeader{Mode: "watch", Source: collector.Info{Host: "db:5432", Database: "pool", User: "oncall", Table: "public.resource_pool"}},
+	r, page := rendered(t, &collector.RecordingHeader{Mode: "watch", Source: collector.Info{Host: "db:5432", Database: "pool", User: "oncall", Table: "public.resource_pool"}},
 		day(n, spike), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	if err := r.WriteHTML(&b); err != nil {
-		t.Fatal(err)
-	}
-	page := b.String()
 	const budget = 1 << 20 // 1 MiB for a day, uPlot included
-	if b.Len() > budget {
-		t.Errorf("a day's page is %d bytes, over the budget of %d", b.Len(), budget)
+	if len(page) > budget {
+		t.Errorf("a day's page is %d bytes, over the budget of %d", len(page), budget)
 	}
-	t.Logf("a day of 1 s snapshots: %d bytes", b.Len())
+	t.Logf("a day of 1 s snapshots: %d bytes", len(page))
 	if len(r.Peaks) == 0 {
 		t.Fatal("no peaks")
 	}
@@ -174,15 +166,7 @@ func TestPartitionedAndServersShapes(t *testing.T) {
 		one := collector.Snapshot{Pool: collector.Pool{Unused: int64(700 - i)}}
 		s.Servers = []collector.ServerView{{Server: "s1", Reachable: true, Snapshot: &one}, {Server: "s2", Reachable: i%100 != 0, Snapshot: &one}}
 	}
-	r, err := New(nil, snaps, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	if err := r.WriteHTML(&b); err != nil {
-		t.Fatal(err)
-	}
-	page := b.String()
+	r, page := rendered(t, nil, snaps, Options{})
 	for _, want := range []string{`"Partitions: UNUSED"`, `"partition resource_pool_p0"`, `"Servers: UNUSED"`, `"server s2"`, "servers</th><td>s1, s2"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page has no %s", want)
@@ -197,4 +181,18 @@ func TestPartitionedAndServersShapes(t *testing.T) {
 	if gaps != 6 {
 		t.Errorf("server s2 has %d gaps, want the 6 polls it did not answer", gaps)
 	}
+}
+
+// rendered is the report of snaps and its page, failing t on an error.
+func rendered(t *testing.T, h *collector.RecordingHeader, snaps []collector.Snapshot, opts Options) (*Report, string) {
+	t.Helper()
+	r, err := New(h, snaps, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := r.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	return r, b.String()
 }
