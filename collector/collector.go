@@ -174,11 +174,12 @@ type target struct {
 	idIndex      bool // an index whose first column is id, not partial: the rows are counted through it
 	unusedIndex  string
 	pendingIndex string
-	// pendingPages is the size of the PENDING index when watch started.
-	pendingPages int64
-	version      int  // server_version_num
-	monitor      bool // pg_monitor or superuser
-	versionText  string
+	// pendingPages is the size of the PENDING index when watch started,
+	// tablePages the table's (of every partition).
+	pendingPages, tablePages int64
+	version                  int  // server_version_num
+	monitor                  bool // pg_monitor or superuser
+	versionText              string
 }
 
 // Collector polls one pool. Poll is safe to call from one goroutine at a
@@ -500,14 +501,17 @@ FROM pg_index i WHERE i.indrelid = $1 AND i.indisvalid`, t.oid)
 		}
 	}
 	rows.Close()
+	// Sizes from the files (of every partition's index or table): the
+	// statistics' count of a partial index's entries is not kept by a
+	// VACUUM that finds nothing to remove from it. (pg_partition_tree
+	// lists nothing for a relation of no partition.)
+	const sqlPages = `SELECT coalesce((SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree($1::regclass) WHERE isleaf),
+	pg_relation_size($1::regclass))::bigint / current_setting('block_size')::bigint`
+	if err := c.pool.QueryRow(ctx, sqlPages, t.qualified).Scan(&t.tablePages); err != nil {
+		return err
+	}
 	if t.pendingIndex != "" {
-		// Its pages (of every partition's index), from the files: the
-		// statistics' count of a partial index's entries is not kept by a
-		// VACUUM that finds nothing to remove from it.
-		// (pg_partition_tree lists nothing for an index of no partition.)
-		err := c.pool.QueryRow(ctx, `SELECT coalesce((SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree($1::regclass) WHERE isleaf),
-	pg_relation_size($1::regclass))::bigint / current_setting('block_size')::bigint`, t.pendingIndex).Scan(&t.pendingPages)
-		if err != nil {
+		if err := c.pool.QueryRow(ctx, sqlPages, t.pendingIndex).Scan(&t.pendingPages); err != nil {
 			return err
 		}
 	}
@@ -559,28 +563,41 @@ type raw struct {
 	haveWorkload        bool
 }
 
-// stage is how far a large partitioned pool's start has come, a poll a
-// stage: 0 the server and the PENDING walk, 1 and UNUSED (and the looks
-// the PENDING count leaves to its second poll), 2 and each partition's
-// UNUSED, 3 and the count of the rows; 3 for any other pool (see
-// startsInStages). Until a figure is counted it is the statistics',
-// marked estimated.
+// stage is how far a large pool's start has come, a poll a stage: 0 the
+// server and the PENDING walk, 1 and UNUSED (and the looks the PENDING
+// count leaves to its second poll), 2 and each partition's UNUSED (a
+// partitioned pool only), 3 and the count of the rows; 3 for any other
+// pool (see startsInStages). Until a figure is counted it is the
+// statistics', marked estimated.
 func (c *Collector) stage() int {
 	if !c.startsInStages() {
 		return 3
 	}
-	return min(c.polls, 3)
+	s := min(c.polls, 3)
+	if s == 2 && !c.t.partitioned {
+		return 3
+	}
+	return s
 }
 
-// startsInStages: the pool is partitioned and its PENDING index larger than
-// the first walk. A new backend's first plan of a statement over every
-// partition reads the catalog of each partition and index: on 8
-// partitions the walk's, the UNUSED seek's and the total's first plans
-// made one poll cost 45-65 ms of the server's CPU, where each is a few ms
-// on the next. Such a pool's first walk also starts at the pace's floor:
-// on a new backend it reads each partition's pages cold. The PENDING
-// index is walked first: it is what the on-call engineer looks at.
-func (c *Collector) startsInStages() bool { return c.t.partitioned && c.pending.large }
+// largeTable is the size in pages (16 MB, some 150,000 rows of the
+// article's table) past which a pool starts in stages.
+const largeTable = 2_000
+
+// startsInStages: the table is large, or its PENDING index is larger than
+// the first walk. A new backend's first run of each statement plans it
+// with a cold catalog cache (each function, operator, index and
+// partition it names is read from the catalog once), and on such a pool
+// reads its pages cold as well: a 1 M-row pool's first poll cost 37-63 ms
+// of the server's CPU, three quarters of it parsing, planning and
+// starting the statements, where its second cost 3-9. A stage a poll
+// pays each statement's first run in a poll of its own; a small pool's
+// first poll pays them all and counts it whole. The PENDING index is
+// walked first: it is what the on-call engineer looks at. Such a pool's
+// first walk starts at the pace's floor.
+func (c *Collector) startsInStages() bool {
+	return c.pending.large || c.t.tablePages > largeTable
+}
 
 // Poll reads every signal once and returns the snapshot. All queries go in
 // one batch, a single round trip: on a busy server each round trip waits for
@@ -636,7 +653,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		unusedOn = conns[i]
 		c.unused.onSession(conns[i].Conn().PgConn().PID())
 	}
-	// A large partitioned pool's first poll reads the server and walks the
+	// A large pool's first poll reads the server and walks the
 	// PENDING index; UNUSED and the count of the rows wait for later polls
 	// (see stage).
 	staged := c.stage() == 0

@@ -594,63 +594,90 @@ func TestAPartitionedPoolPollsOnOneSession(t *testing.T) {
 	}
 }
 
-// A large partitioned pool starts in stages: its first poll walks the
-// PENDING index and takes UNUSED and the total of rows from the
-// statistics (estimated, and near the truth; not a missing index), its
-// second counts UNUSED, its third each partition's, its fourth the rows;
-// and the counts come to the truth.
-func TestALargePartitionedPoolStartsInStages(t *testing.T) {
+// A large pool starts in stages: its first poll walks the PENDING index
+// and takes UNUSED and the total of rows from the statistics (estimated,
+// and near the truth; not a missing index), its second counts UNUSED, a
+// partitioned pool's third each partition's, and the next the rows; and
+// the counts come to the truth. Large is a PENDING index larger than the
+// first walk (the leak, 8 partitions) or a large table (ordered, whose
+// PENDING index is small). A small pool's first poll counts it all.
+func TestALargePoolStartsInStages(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	schema := shapes[3].build(t, 60_000) // a PENDING index of 6,000 entries
-	conn := pgtest.Conn(t, schema)
-	createStatStatements(t, ctx, conn)
-	// ran: the calls of the collector's statements on this pool whose text
-	// holds marker (the UNUSED statement's "AS head", the total's "AS lo").
-	ran := func(marker string) (n int64) {
-		t.Helper()
-		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM public.pg_stat_statements
-			WHERE query LIKE '%' || $1 || '%' AND query LIKE '%' || $2 || '%'`, schema, marker).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
+	for _, tc := range []struct {
+		sh          shape
+		rows        int
+		staged      bool
+		totalAtPoll int // the poll that first counts the rows
+	}{
+		{shapes[3], 60_000, true, 4},  // a PENDING index of 6,000 entries
+		{shapes[1], 60_000, true, 3},  // the same, unpartitioned
+		{shapes[0], 400_000, true, 3}, // over 2,000 pages, 400 PENDING entries
+		{shapes[0], 20_000, false, 1},
+	} {
+		t.Run(fmt.Sprintf("%s-%d", tc.sh.name, tc.rows), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			schema := tc.sh.build(t, tc.rows)
+			conn := pgtest.Conn(t, schema)
+			createStatStatements(t, ctx, conn)
+			// ran: the calls of the collector's statements on this pool whose
+			// text holds marker (the UNUSED statement's "AS head", the total's
+			// "AS lo").
+			ran := func(marker string) (n int64) {
+				t.Helper()
+				if err := conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM public.pg_stat_statements
+					WHERE query LIKE '%' || $1 || '%' AND query LIKE '%' || $2 || '%'`, schema, marker).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			c, tr, s := firstPoll(t, ctx, schema, conn)
+			cfg := c.Config()
+			if !tc.staged {
+				if u, n := ran("AS head"), ran("AS lo)"); u == 0 || n == 0 {
+					t.Fatalf("poll 1 of a small pool ran the UNUSED statement %d times and the total's %d; want both", u, n)
+				}
+				if e, which := worstError(s.Pool, tr); e != 0 {
+					t.Fatalf("poll 1 of a small pool: %s off by %.2f%%; want it counted whole", which, e)
+				}
+				return
+			}
+			if u, n := ran("AS head"), ran("AS lo)"); u != 0 || n != 0 {
+				t.Fatalf("poll 1 ran the UNUSED statement %d times and the total's %d; want neither", u, n)
+			}
+			for _, l := range s.Limits {
+				if strings.Contains(l, "no index on id") {
+					t.Fatalf("poll 1 says %q of a pool with a primary key", l)
+				}
+			}
+			if !slices.Contains(s.Pool.Estimated, "consumed") || !slices.Contains(s.Pool.Estimated, "unused") || s.Pool.Total <= 0 {
+				t.Fatalf("poll 1: total %d, estimated %v; want the statistics' total and UNUSED, estimated", s.Pool.Total, s.Pool.Estimated)
+			}
+			if d := float64(s.Pool.Unused-tr.unused) / float64(tr.unused); d < -0.25 || d > 0.25 {
+				t.Fatalf("poll 1: UNUSED %d from the statistics; the truth is %d", s.Pool.Unused, tr.unused)
+			}
+			tr = countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
+			for poll := 2; poll <= 100; poll++ {
+				var err error
+				if s, err = c.Poll(ctx); err != nil {
+					t.Fatal(err)
+				}
+				switch u, n := ran("AS head"), ran("AS lo)"); {
+				case poll == 2 && (u == 0 || n != 0):
+					t.Fatalf("poll 2 ran the UNUSED statement %d times and the total's %d; want the first only", u, n)
+				case poll < tc.totalAtPoll && n != 0:
+					t.Fatalf("poll %d counted the rows; want them left to poll %d", poll, tc.totalAtPoll)
+				case poll == tc.totalAtPoll && n == 0:
+					t.Fatalf("poll %d did not count the rows", poll)
+				}
+				if e, _ := worstError(s.Pool, tr); e == 0 && poll >= tc.totalAtPoll {
+					return
+				}
+			}
+			e, which := worstError(s.Pool, tr)
+			t.Fatalf("after 100 polls: %s off by %.2f%%", which, e)
+		})
 	}
-	c, tr, s := firstPoll(t, ctx, schema, conn)
-	cfg := c.Config()
-	if u, n := ran("AS head"), ran("AS lo)"); u != 0 || n != 0 {
-		t.Fatalf("poll 1 ran the UNUSED statement %d times and the total's %d; want neither", u, n)
-	}
-	for _, l := range s.Limits {
-		if strings.Contains(l, "no index on id") {
-			t.Fatalf("poll 1 says %q of a pool with a primary key", l)
-		}
-	}
-	if !slices.Contains(s.Pool.Estimated, "consumed") || !slices.Contains(s.Pool.Estimated, "unused") || s.Pool.Total <= 0 {
-		t.Fatalf("poll 1: total %d, estimated %v; want the statistics' total and UNUSED, estimated", s.Pool.Total, s.Pool.Estimated)
-	}
-	if d := float64(s.Pool.Unused-tr.unused) / float64(tr.unused); d < -0.25 || d > 0.25 {
-		t.Fatalf("poll 1: UNUSED %d from the statistics; the truth is %d", s.Pool.Unused, tr.unused)
-	}
-	tr = countTruth(t, conn, cfg.StuckAfter, cfg.Alerts.ExpiredAfter)
-	for poll := 2; poll <= 100; poll++ {
-		var err error
-		if s, err = c.Poll(ctx); err != nil {
-			t.Fatal(err)
-		}
-		switch u, n := ran("AS head"), ran("AS lo)"); {
-		case poll == 2 && (u == 0 || n != 0):
-			t.Fatalf("poll 2 ran the UNUSED statement %d times and the total's %d; want the first only", u, n)
-		case poll == 3 && n != 0:
-			t.Fatal("poll 3 counted the rows; want them left to poll 4, after the partitions")
-		case poll == 4 && n == 0:
-			t.Fatal("poll 4 did not count the rows")
-		}
-		if e, _ := worstError(s.Pool, tr); e == 0 {
-			return
-		}
-	}
-	e, which := worstError(s.Pool, tr)
-	t.Fatalf("after 100 polls: %s off by %.2f%%", which, e)
 }
 
 // The first poll of a leak whose PENDING index is larger than the first
