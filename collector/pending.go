@@ -83,6 +83,9 @@ type pendingCounter struct {
 	large bool
 	// firstWalk: the entries the first walk reads (0: initPending).
 	firstWalk int64
+	// walkLater: the first poll walks nothing; the first walk is the
+	// second poll's (a pool that starts in stages, see Collector.stage).
+	walkLater bool
 	// catalog is the index's entries by the catalog, as a walk last read
 	// them at catalogAt (every catalogEvery: the statistics move slowly,
 	// and reading them costs a walk about a millisecond).
@@ -166,6 +169,7 @@ type pendingQuery struct {
 	cap                int64        // … noneCap+1, or less while the looks grow (see look)
 	askForever, askLow bool
 	askCatalog         bool // the walk reads the catalog's entries (else catalog is the last read)
+	catalogAlone       bool // no walk: a statement of its own reads them
 
 	// results
 	walked   int64         // entries the walk read (walk+1: it stopped before the slice's end)
@@ -208,11 +212,12 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	}
 	q.capped, q.cap = p.canRange, min(p.look, noneCap+1)
 	q.askForever, q.askLow = p.polls%foreverEvery == 0, p.lowSkip <= 0 || p.live <= lowCap
-	if p.polls == 0 && p.large {
-		// The first poll of a pool its first walk cannot cover (its figures
-		// are estimated anyway) runs on one new backend, whose first read
-		// of each page costs tens of µs: the lowest live lease and the rows
-		// without a lease, a heap fetch each, wait for the second poll.
+	first := p.polls == 0
+	if p.large && (first || (p.walkLater && p.polls == 1)) {
+		// The first walk of a pool it cannot cover (its figures are
+		// estimated anyway) runs on one new backend, whose first read of
+		// each page costs tens of µs: the lowest live lease and the rows
+		// without a lease, a heap fetch each, wait for the poll after it.
 		q.none, q.askLow = false, false
 	}
 	p.polls++
@@ -245,6 +250,9 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 			q.walkAt = i
 			break
 		}
+	}
+	if first && p.walkLater {
+		q.walkAt, q.catalogAlone = -1, true
 	}
 	add := func(i int) {
 		if i == q.walkAt || !p.slices[i].known {
@@ -378,6 +386,8 @@ func (q *pendingQuery) queue(b *pgx.Batch, table, index string, hasUpdated bool,
 	}
 	if q.walkAt >= 0 { // else no walk this poll: nothing to send
 		q.queueWalk(b, table, index, slices)
+	} else if q.catalogAlone {
+		q.queueCatalog(b, index)
 	}
 	updated := "updated_at"
 	if !hasUpdated {
@@ -435,6 +445,34 @@ SELECT now(), %[2]s, %[3]s, %[4]s,
 		q.low, q.lowN = low.low, low.n
 		q.leaseless = none.region()
 		q.rotMS += float64(t2.Sub(t1).Microseconds()) / 1000
+		return nil
+	})
+}
+
+// sqlPendingCatalog is the PENDING index's entries by the catalog: per
+// leaf index the lower of its own count and its table's rows times the
+// share of PENDING in the table's statistics. %[1]s is the index, quoted
+// as a literal.
+const sqlPendingCatalog = `SELECT coalesce(sum(least(greatest(ic.reltuples, 0), greatest(tc.reltuples, 0) * coalesce(f.freq, 0))), 0)::bigint
+        FROM (SELECT relid FROM pg_partition_tree(%[1]s::regclass) WHERE isleaf
+              UNION ALL SELECT %[1]s::regclass WHERE NOT EXISTS (SELECT FROM pg_partition_tree(%[1]s::regclass))) AS l
+        JOIN pg_class ic ON ic.oid = l.relid
+        JOIN pg_index i ON i.indexrelid = l.relid
+        JOIN pg_class tc ON tc.oid = i.indrelid
+        JOIN pg_namespace n ON n.oid = tc.relnamespace
+        CROSS JOIN LATERAL (SELECT (s.most_common_freqs[array_position(s.most_common_vals::text::text[], 'PENDING')])::float8 AS freq
+                            FROM pg_stats s WHERE s.schemaname = n.nspname AND s.tablename = tc.relname
+                            AND s.attname = 'status' AND NOT s.inherited) AS f`
+
+// queueCatalog reads the catalog's entries alone: the first poll of a
+// pool whose first walk is the second poll's (see
+// pendingCounter.walkLater) takes PENDING from them.
+func (q *pendingQuery) queueCatalog(b *pgx.Batch, index string) {
+	b.Queue(fmt.Sprintf(sqlPendingCatalog, quoteLiteral(index))).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&q.catalog); err != nil {
+			return fmt.Errorf("pending ids: catalog: %w", err)
+		}
+		q.readCatalog = true
 		return nil
 	})
 }
@@ -505,16 +543,7 @@ SELECT statement_timestamp(), max(got), min(ks[1]),
            sum(width_bucket($7::timestamptz - interval '1 microsecond', ks))),
        coalesce(array_agg(ks[1] ORDER BY got) FILTER (WHERE got > cardinality(ks) AND cardinality(ks) > 0 AND r1 > 1), '{}'),
        coalesce(array_agg(r1 ORDER BY got) FILTER (WHERE got > cardinality(ks) AND cardinality(ks) > 0 AND r1 > 1), '{}'),
-       CASE WHEN $8::bool THEN (SELECT coalesce(sum(least(greatest(ic.reltuples, 0), greatest(tc.reltuples, 0) * coalesce(f.freq, 0))), 0)::bigint
-        FROM (SELECT relid FROM pg_partition_tree(%[2]s::regclass) WHERE isleaf
-              UNION ALL SELECT %[2]s::regclass WHERE NOT EXISTS (SELECT FROM pg_partition_tree(%[2]s::regclass))) AS l
-        JOIN pg_class ic ON ic.oid = l.relid
-        JOIN pg_index i ON i.indexrelid = l.relid
-        JOIN pg_class tc ON tc.oid = i.indrelid
-        JOIN pg_namespace n ON n.oid = tc.relnamespace
-        CROSS JOIN LATERAL (SELECT (s.most_common_freqs[array_position(s.most_common_vals::text::text[], 'PENDING')])::float8 AS freq
-                            FROM pg_stats s WHERE s.schemaname = n.nspname AND s.tablename = tc.relname
-                            AND s.attname = 'status' AND NOT s.inherited) AS f) END,
+       CASE WHEN $8::bool THEN (`+fmt.Sprintf(sqlPendingCatalog, quoteLiteral(index))+`) END,
        NOT bool_or(NOT more OR got >= $3::bigint),
        clock_timestamp()
 FROM c`, table, quoteLiteral(index), minPending, walkRun),
