@@ -806,7 +806,11 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		p.none.wait--
 	}
 	var keyed, known int64
-	oldest := now
+	// oldest: when the oldest part of the counts was counted, a part never
+	// counted at the zero time (the figures are estimated); aged: the same
+	// of the parts counted, whose age the figures show (a part never
+	// counted has none: its count is the catalog's).
+	oldest, aged := now, now
 	exact := true
 	for i := range p.slices {
 		s := &p.slices[i]
@@ -817,6 +821,9 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 		exact = exact && s.known
 		if s.at.Before(oldest) && !s.settled() { // settled: see plan
 			oldest = s.at
+		}
+		if s.known && !s.at.IsZero() && s.at.Before(aged) && !s.settled() {
+			aged = s.at
 		}
 	}
 	// The live leases are those walked or recounted: the part not walked
@@ -842,6 +849,9 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	if p.none.at.Before(oldest) {
 		oldest = p.none.at
 	}
+	if !p.none.at.IsZero() && p.none.at.Before(aged) {
+		aged = p.none.at
+	}
 	f.pending = keyed + q.forever + p.none.n
 	f.noLease, f.noLeaseKnown = p.none.n, p.none.counted
 	f.expired, f.expiredOld = below[0], below[1]
@@ -852,7 +862,7 @@ func (p *pendingCounter) absorb(q *pendingQuery, now time.Time, countBudget time
 	}
 	p.live = max(0, walked+q.forever-f.expired)
 	f.low, f.lowKnown = q.low, q.lowN <= lowCap && q.lowN == p.live
-	f.ageS = now.Sub(oldest).Seconds()
+	f.ageS = now.Sub(aged).Seconds()
 	f.estimated = !exact || partial || oldest.Before(now) || p.none.sampled
 	// Pace: recount more entries a poll while it is cheap. Walks have a
 	// larger budget: they cover the index once at start (the first polls of
