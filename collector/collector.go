@@ -589,9 +589,9 @@ const largeTable = 2_000
 // the first walk. A new backend's first run of each statement plans it
 // with a cold catalog cache (each function, operator, index and
 // partition it names is read from the catalog once), and on such a pool
-// reads its pages cold as well: a 1 M-row pool's first poll cost 37-63 ms
-// of the server's CPU, three quarters of it parsing, planning and
-// starting the statements, where its second cost 3-9. A stage a poll
+// reads its pages cold as well: a 1 M-row ordered pool's first poll cost
+// 37-63 ms of the server's CPU, three quarters of it parsing, planning
+// and starting the statements, where its second cost 3-6. A stage a poll
 // pays each statement's first run in a poll of its own; a small pool's
 // first poll pays them all and counts it whole. The server statement and
 // the walk, the two costliest first runs (17-21 ms each on a new
