@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -239,10 +238,9 @@ type Collector struct {
 	// sampleFrom is the start of the interval the latest rates cover.
 	sampleFrom time.Time
 	polls      int // polls that returned
-	// seats[i] is the backend that ran batch i at the last poll (0: none
-	// yet): the server batch (at the first poll, all three), the UNUSED
-	// count, the PENDING count (see sessions).
-	seats [pollSessions]uint32
+	// seat is the backend that ran the last poll (0: none yet; see
+	// session).
+	seat uint32
 }
 
 // New connects with its own small read-only pool and resolves the table.
@@ -315,35 +313,12 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	}
 	c.claims.probe(ctx, pool, c.t.name, c.t.version)
 	// The session that resolved the table has read some of the catalog the
-	// first poll needs: that poll runs on it (see sessions).
+	// first poll needs: the polls run on it (see session).
 	for _, conn := range pool.Raw().AcquireAllIdle(ctx) {
-		c.seats[0] = conn.Conn().PgConn().PID()
+		c.seat = conn.Conn().PgConn().PID()
 		conn.Release()
 	}
-	openSessions(ctx, pool.Raw(), c.sessionsWanted())
 	return c, nil
-}
-
-// openSessions opens the poll's sessions before the first poll, so that the
-// first poll's time is its statements', not the start of three sessions at
-// once. A session that fails to open here is opened by the poll, which
-// reports the error.
-func openSessions(ctx context.Context, pool *pgxpool.Pool, n int) {
-	conns := make([]*pgxpool.Conn, n)
-	var wg sync.WaitGroup
-	for i := range conns {
-		wg.Go(func() {
-			if c, err := pool.Acquire(ctx); err == nil {
-				conns[i] = c
-			}
-		})
-	}
-	wg.Wait()
-	for _, c := range conns {
-		if c != nil {
-			c.Release()
-		}
-	}
 }
 
 // Close releases the collector's connections.
@@ -614,47 +589,25 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	if !c.t.monitor {
 		s.Limits = append(s.Limits, "no pg_monitor: lock waits, queries and xmin of other roles' sessions are hidden")
 	}
-	// Each batch runs on its own session, the same at every poll (see
-	// sessions); at the start they come in one a poll.
-	n := min(c.polls+1, c.sessionsWanted())
-	conns, err := c.sessions(ctx, n)
+	// Every poll runs on one session, the same at every poll (see session).
+	conn, err := c.session(ctx)
 	if err != nil {
 		c.backOff()
 		return s, fmt.Errorf("poll: %w", err)
 	}
-	defer func() {
-		for _, conn := range conns {
-			conn.Release()
-		}
-	}()
-	// Three batches, on as many sessions as pollSessions allows (one: they
-	// go as one batch), else at once: the UNUSED count on one;
-	// the PENDING count and the UNUSED sweep on another (on 8 partitions
-	// the sweep made the third session's polls the longest; without a
-	// PENDING index the table scan is the heaviest, and the sweep stays
-	// with the UNUSED count); the rest on the third, with a partition's
-	// UNUSED count every few polls (on the UNUSED session it made that
-	// poll's longest burst longer still). Each backend then has about a
-	// third of the poll's work, which on a busy server fits in the time
-	// slice it gets on waking instead of waiting behind every runnable
-	// process for a second one. (A fourth session made polls slower.)
-	serverBatch, unusedBatch, pendingBatch := &pgx.Batch{}, &pgx.Batch{}, &pgx.Batch{}
-	batches := []*pgx.Batch{serverBatch, unusedBatch, pendingBatch}
-	switch n {
-	case 1: // one session, warm by the end of the poll, reads it all
-		unusedBatch, pendingBatch = serverBatch, serverBatch
-		batches = batches[:1]
-	case 2: // a second one counts UNUSED
-		pendingBatch = serverBatch
-		batches = batches[:2]
+	if conn != nil {
+		defer conn.Release()
 	}
-	// The session of the UNUSED batch, which also learns the id range: a
+	// One batch: the server statement, the counts, and the UNUSED count's
+	// sweep, all in one round trip.
+	b := &pgx.Batch{}
+	// The session of the UNUSED count, which also learns the id range: a
 	// new backend has not read the head of the index yet (see
 	// unusedCounter.seek).
 	var unusedOn engine.DBTX = c.pool
-	if i := slices.Index(batches, unusedBatch); i >= 0 && i < len(conns) {
-		unusedOn = conns[i]
-		c.unused.onSession(conns[i].Conn().PgConn().PID())
+	if conn != nil {
+		unusedOn = conn
+		c.unused.onSession(conn.Conn().PgConn().PID())
 	}
 	// A large pool's first polls read the server and walk the PENDING
 	// index; UNUSED and the count of the rows wait for later polls (see
@@ -670,24 +623,20 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	// poll saw a session wait on a lock, else only once this one sees one
 	// (a second round trip, below).
 	var waiting bool
-	c.queueServer(serverBatch, &s, &waiting)
+	c.queueServer(b, &s, &waiting)
 	locksSent := c.lockWaits
 	if locksSent {
-		c.queueLocks(serverBatch, &s)
+		c.queueLocks(b, &s)
 	}
 	var unusedQ *unusedQuery
 	if staged {
 		unusedQ = &unusedQuery{skip: true, seekOnly: true}
 		c.unused.est = -1
-		unusedBatch.Queue(sqlUnusedEstimate, c.t.leaves).QueryRow(func(r pgx.Row) error { return r.Scan(&c.unused.est) })
+		b.Queue(sqlUnusedEstimate, c.t.leaves).QueryRow(func(r pgx.Row) error { return r.Scan(&c.unused.est) })
 	} else {
 		unusedQ = c.unused.plan(start)
 	}
-	sweep := pendingBatch
-	if !c.byIndex() {
-		sweep = unusedBatch
-	}
-	unusedQ.queue(unusedBatch, sweep, c.t.qualified, c.unused.width, c.unused.seekN, c.unused.seekTime)
+	unusedQ.queue(b, b, c.t.qualified, c.unused.width, c.unused.seekN, c.unused.seekTime)
 	windowFrom := unusedQ.floor
 	if windowFrom == math.MinInt64 && len(c.passOver.prev) > 0 {
 		// The UNUSED count looks from the start of the index this poll
@@ -698,62 +647,49 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	}
 	var passQ *passQuery
 	if !unusedQ.seekOnly { // from the start, the window would read what the seek spreads over polls
-		passQ = c.passOver.queue(unusedBatch, c.t.qualified, windowFrom)
+		passQ = c.passOver.queue(b, c.t.qualified, windowFrom)
 	}
-	partsQ := c.queueParts(serverBatch, start, c.polls == 0 || c.stage() < 2)
+	partsQ := c.queueParts(b, start, c.polls == 0 || c.stage() < 2)
 	alerts := c.cfg.Alerts
 	var pendingQ *pendingQuery
 	var censusQ, noneQ *censusQuery
 	if c.byIndex() {
 		pendingQ = c.pending.plan(start, alerts.ExpiredAfter, c.cfg.StuckAfter)
-		pendingQ.queue(pendingBatch, c.t.qualified, c.t.pendingIndex, c.t.hasUpdated, c.pending.slices)
+		pendingQ.queue(b, c.t.qualified, c.t.pendingIndex, c.t.hasUpdated, c.pending.slices)
 		// The table's ranges wait for the walk to cover the index: the two
 		// on one session at once made a poll of the first pass cost both.
 		if c.pending.ranged && !c.pending.discovering() {
 			noneQ = c.leaseless.plan()
 			c.leaseless.per.ceiling = true
-			noneQ.queue(pendingBatch, &c.leaseless, c.t.qualified, c.t.leaves, true, c.t.hasUpdated, alerts.ExpiredAfter, c.cfg.StuckAfter)
+			noneQ.queue(b, &c.leaseless, c.t.qualified, c.t.leaves, true, c.t.hasUpdated, alerts.ExpiredAfter, c.cfg.StuckAfter)
 		}
 	} else {
 		censusQ = c.census.plan()
-		censusQ.queue(pendingBatch, &c.census, c.t.qualified, c.t.leaves, c.t.hasLeased, c.t.hasUpdated, alerts.ExpiredAfter, c.cfg.StuckAfter)
+		censusQ.queue(b, &c.census, c.t.qualified, c.t.leaves, c.t.hasLeased, c.t.hasUpdated, alerts.ExpiredAfter, c.cfg.StuckAfter)
 	}
 	var totalQ *totalQuery
 	if c.t.idIndex && c.stage() == 3 {
 		totalQ = c.total.plan()
-		totalQ.queue(serverBatch, c.t.qualified)
+		totalQ.queue(b, c.t.qualified)
 	}
 	holdersQ := c.holders.plan(c.byIndex() && c.t.hasHolder && c.t.hasLeased)
-	holdersQ.queue(serverBatch, c.t.qualified, c.t.hasUpdated)
+	holdersQ.queue(b, c.t.qualified, c.t.hasUpdated)
 	claimsQ := c.claims.plan(start)
-	claimsQ.queue(serverBatch)
+	claimsQ.queue(b)
 	fleetQ := c.fleet.plan(c.t.fleet, c.byIndex() && c.t.hasHolder)
-	fleetQ.queue(serverBatch, c.t.fleet, c.t.qualified)
-	exactQ := c.queueExact(pendingBatch, c.lastTotal)
-	errs := make([]chan error, len(batches))
-	for i, b := range batches {
-		errs[i] = make(chan error, 1)
-		go func() {
-			if i < len(conns) {
-				errs[i] <- conns[i].SendBatch(ctx, b).Close()
-				return
-			}
-			errs[i] <- c.pool.SendBatch(ctx, b).Close()
-		}()
-	}
-	for _, ch := range errs {
-		if e := <-ch; err == nil {
-			err = e
+	fleetQ.queue(b, c.t.fleet, c.t.qualified)
+	exactQ := c.queueExact(b, c.lastTotal)
+	send := func(b *pgx.Batch) error {
+		if conn != nil {
+			return conn.SendBatch(ctx, b).Close()
 		}
+		return c.pool.SendBatch(ctx, b).Close()
 	}
+	err = send(b)
 	if err == nil && waiting && !locksSent {
 		lb := &pgx.Batch{}
 		c.queueLocks(lb, &s)
-		if len(conns) > 0 {
-			err = conns[0].SendBatch(ctx, lb).Close()
-		} else {
-			err = c.pool.SendBatch(ctx, lb).Close()
-		}
+		err = send(lb)
 	} else if !locksSent {
 		locks(nil, &s)
 	}
@@ -857,93 +793,53 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		s.Workload = &ws
 	}
 	c.record(&s, gen)
-	for i, conn := range conns {
-		c.seats[i] = conn.Conn().PgConn().PID()
+	if conn != nil {
+		c.seat = conn.Conn().PgConn().PID()
 	}
 	c.polls++
 	return s, nil
 }
 
-// pollSessions is how many sessions a poll uses once all have polled:
-// one, on every pool. A backend's first statements cost it the catalog
-// of the table and its indexes and a page fault at its first touch of
-// each shared buffer; with three sessions each batch paid that on its
-// own backend (polls 2 and 3 of a 10 M-row leak cost 43-71 ms), and the
-// three backends together cost the server more at every poll: the median
-// poll of that leak's first minute was 10.4-12.9 ms of CPU over eight
-// runs on three sessions, 7.2-8.6 over four on one, whose polls take a
-// few ms longer in wall time (docs/benchmarks.md). On 8 partitions, one
-// session's first plans over every partition are paid once (8-31 ms a
-// statement on a new backend). Poll still splits its work into three
-// batches, sent on as many sessions as this allows.
-const pollSessions = 1
-
-// sessionsWanted is how many sessions c's polls use once all have polled
-// (see pollSessions).
-func (c *Collector) sessionsWanted() int { return pollSessions }
-
-// sessions returns the sessions of a poll's batches: the i-th runs batch
-// i, on the backend that ran it at the last poll, where that one is still
-// open. A backend's first run of a statement costs it far more than the
-// next ones (its catalog caches, the plan, a page fault at its first touch
-// of each shared buffer), and a batch that moved to another backend would
-// pay that again (docs/benchmarks.md). At the start, three backends that run
-// their first statements in one poll pay that three times at once, so the
-// sessions come in one a poll: n is 1 at the first poll (which sends its
-// three batches as one), 2 at the second, then 3. Behind a transaction
-// pooler the backends are not the collector's to choose: it returns nil
-// and each batch takes a session from the pool.
-func (c *Collector) sessions(ctx context.Context, n int) ([]*pgxpool.Conn, error) {
+// session returns the session of a poll: the backend that ran the last
+// poll, where it is still open. A backend's first run of a statement
+// costs it far more than the next ones (its catalog caches, the plan, a
+// page fault at its first touch of each shared buffer), and a poll that
+// moved to another backend would pay that again. Polls once ran on three
+// sessions, a batch each: each backend paid its first statements (polls
+// 2 and 3 of a 10 M-row leak cost 43-71 ms), and the three together cost
+// the server more at every poll (the median of that leak's first minute
+// 10.4-12.9 ms of CPU over eight runs, 7.2-8.6 over four on one;
+// docs/benchmarks.md). Behind a transaction pooler the backends are not
+// the collector's to choose: it returns nil and the poll takes a
+// session from the pool.
+func (c *Collector) session(ctx context.Context) (*pgxpool.Conn, error) {
 	if scoped, _ := c.pool.Scoped(); scoped {
 		return nil, nil
 	}
 	raw := c.pool.Raw()
-	var free []*pgxpool.Conn
+	var seat, other *pgxpool.Conn
 	for _, conn := range raw.AcquireAllIdle(ctx) {
-		if conn.Conn().IsClosed() {
+		switch {
+		case conn.Conn().IsClosed():
 			conn.Release() // the pool drops it
-			continue
-		}
-		free = append(free, conn)
-	}
-	// take removes and returns the free session on backend pid, or the
-	// first free one for pid 0, or nil.
-	take := func(pid uint32) *pgxpool.Conn {
-		for i, conn := range free {
-			if pid == 0 || conn.Conn().PgConn().PID() == pid {
-				free = slices.Delete(free, i, i+1)
-				return conn
-			}
-		}
-		return nil
-	}
-	conns := make([]*pgxpool.Conn, n)
-	for i := range conns {
-		if c.seats[i] != 0 {
-			conns[i] = take(c.seats[i])
+		case seat == nil && c.seat != 0 && conn.Conn().PgConn().PID() == c.seat:
+			seat = conn
+		case other == nil:
+			other = conn
+		default:
+			conn.Release()
 		}
 	}
-	for i := range conns {
-		if conns[i] == nil {
-			conns[i] = take(0)
+	switch {
+	case seat != nil:
+		if other != nil {
+			other.Release()
 		}
-		if conns[i] == nil {
-			conn, err := raw.Acquire(ctx)
-			if err != nil {
-				for _, conn := range append(free, conns...) {
-					if conn != nil {
-						conn.Release()
-					}
-				}
-				return nil, err
-			}
-			conns[i] = conn
-		}
+		return seat, nil
+	case other != nil:
+		return other, nil
 	}
-	for _, conn := range free {
-		conn.Release()
-	}
-	return conns, nil
+	return raw.Acquire(ctx)
 }
 
 // backOff makes the next poll read less after one failed: a statement

@@ -828,7 +828,7 @@ func TestEveryPollRunsOnOneSession(t *testing.T) {
 		if _, err := c.Poll(b.ctx); err != nil {
 			t.Fatal(err)
 		}
-		now := collector.Seats(c)[0]
+		now := collector.Seat(c)
 		if poll == 1 {
 			seat = now
 		}
@@ -852,7 +852,7 @@ func TestEveryPollRunsOnOneSession(t *testing.T) {
 			t.Fatalf("no poll succeeded after the session ended: %v", err)
 		}
 	}
-	if now := collector.Seats(c)[0]; now == seat || now == 0 {
+	if now := collector.Seat(c); now == seat || now == 0 {
 		t.Fatalf("after backend %d ended, the poll ran on %d; want a new one", seat, now)
 	}
 }

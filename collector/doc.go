@@ -23,15 +23,13 @@
 //
 // # A poll
 //
-// A poll sends three pipelined batches on three sessions at once: the
-// UNUSED count; the PENDING count (with the UNUSED sweep where there is a
-// PENDING index); and everything else (table statistics, lock waits
-// while a session waits on a lock, holders, the fleet, claim statements
-// from pg_stat_statements, the total count of rows). Each backend then does about a third of the work. Each
-// batch keeps its backend from poll to poll (a backend's first run of a
-// statement costs it far more than the next), and at the start the
-// sessions come in one a poll (the first poll sends the three batches as
-// one), so that no poll pays three backends' first statements at once.
+// A poll sends one pipelined batch on one session: the UNUSED count, the
+// PENDING count, and everything else (table statistics, lock waits while
+// a session waits on a lock, holders, the fleet, claim statements from
+// pg_stat_statements, the total count of rows). The session keeps its
+// backend from poll to poll: a backend's first run of a statement costs
+// it far more than the next. A large pool starts in stages, a poll each,
+// so that no poll pays every statement's first run (see docs/counting.md).
 //
 // # Counting
 //

@@ -75,8 +75,8 @@ func CountsByRanges(c *Collector) (ranged bool, read, ranges int64) {
 // lease through the index may read.
 func LeaselessLook(c *Collector) int64 { return c.pending.look }
 
-// Seats returns the backends that ran c's batches at its last poll.
-func Seats(c *Collector) [pollSessions]uint32 { return c.seats }
+// Seat returns the backend that ran c's last poll.
+func Seat(c *Collector) uint32 { return c.seat }
 
 // HoldersFrom is the first poll that reads the holders.
 const HoldersFrom = holdersFrom

@@ -582,12 +582,12 @@ func TestAPartitionedPoolPollsOnOneSession(t *testing.T) {
 		if s, err = c.Poll(ctx); err != nil {
 			t.Fatal(err)
 		}
-		seats := collector.Seats(c)
+		seat := collector.Seat(c)
 		if poll == 1 {
-			first = seats[0]
+			first = seat
 		}
-		if seats[0] != first {
-			t.Fatalf("poll %d ran on backends %v; want %d alone, as the first", poll, seats, first)
+		if seat != first {
+			t.Fatalf("poll %d ran on backend %d; want %d alone, as the first", poll, seat, first)
 		}
 	}
 	if n := collector.Sessions(c); n != 1 {
