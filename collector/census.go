@@ -24,14 +24,17 @@ type census struct {
 	// count of them when there are too many to count from the index at
 	// every poll.
 	leaseless bool
-	width     int64 // pages (TID) or ids per range
-	ranges    int64 // ranges in the table at the last poll
-	counts    map[int64]censusRange
-	read      int64 // ranges [0, read) have all been read
-	size0     int64 // ranges at the first poll: those above were added since
-	grown     int64 // ranges [size0, grown) have all been read
-	cursor    int64
-	per       pace // ranges read per poll, adapted to the server time it costs
+	// parts is how many partitions the table has (1 unpartitioned): a
+	// range of pages is read in each of them.
+	parts  int64
+	width  int64 // pages (TID) or ids per range
+	ranges int64 // ranges in the table at the last poll
+	counts map[int64]censusRange
+	read   int64 // ranges [0, read) have all been read
+	size0  int64 // ranges at the first poll: those above were added since
+	grown  int64 // ranges [size0, grown) have all been read
+	cursor int64
+	per    pace // ranges read per poll, adapted to the server time it costs
 }
 
 // censusRange is what one range of the table held when it was read.
@@ -61,7 +64,9 @@ func (c *census) plan() *censusQuery {
 		c.counts, c.per = map[int64]censusRange{}, pace{n: censusInitPer, lo: 1, hi: censusMaxPer, step: 1}
 		c.width = censusIDs
 		if c.byTID {
-			c.width = censusPages
+			// A range of pages holds as many rows on a partitioned table
+			// as on one that is not: its pages are read in every partition.
+			c.width = max(1, censusPages/max(c.parts, 1))
 		}
 	}
 	if c.ranges <= 0 {

@@ -304,8 +304,8 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 		return nil, err
 	}
 	c.unused.seeks = true
-	c.census.byTID = c.t.version >= 140000
-	c.leaseless = census{byTID: c.census.byTID, leaseless: true}
+	c.census.byTID, c.census.parts = c.t.version >= 140000, int64(len(c.t.leaves))
+	c.leaseless = census{byTID: c.census.byTID, parts: c.census.parts, leaseless: true}
 	c.pending.canRange = c.census.byTID || c.t.idIndex
 	c.pending.large = c.t.pendingPages > largePending
 	if c.startsInStages() {
@@ -715,7 +715,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 			}
 			c.pending.takeRanged(c.leaseless.absorb(noneQ, start, budget), start, c.leaseless.whole())
 			if !c.pending.ranged { // few again: forget the ranges
-				c.leaseless = census{byTID: c.leaseless.byTID, leaseless: true}
+				c.leaseless = census{byTID: c.leaseless.byTID, parts: c.leaseless.parts, leaseless: true}
 			}
 		}
 		pendingFig = c.pending.absorb(pendingQ, start, c.cfg.CountBudget)

@@ -382,7 +382,7 @@ func (c *Collector) startPoll() int {
 		c.unused = unusedCounter{reanchor: c.unused.reanchor, seeks: c.unused.seeks}
 		c.total = totalCounter{}
 		c.pending = pendingCounter{}
-		c.census = census{byTID: c.census.byTID}
+		c.census = census{byTID: c.census.byTID, parts: c.census.parts}
 		c.holders = holderSample{}
 		c.parts = partitionCounts{}
 		c.claims = claimReader{available: c.claims.available}
