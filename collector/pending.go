@@ -213,11 +213,13 @@ func (p *pendingCounter) plan(now time.Time, expiredAfter, stuckAfter time.Durat
 	q.capped, q.cap = p.canRange, min(p.look, noneCap+1)
 	q.askForever, q.askLow = p.polls%foreverEvery == 0, p.lowSkip <= 0 || p.live <= lowCap
 	first := p.polls == 0
-	if p.large && (first || (p.walkLater && p.polls == 1)) {
+	if p.large && first {
 		// The first walk of a pool it cannot cover (its figures are
 		// estimated anyway) runs on one new backend, whose first read of
 		// each page costs tens of µs: the lowest live lease and the rows
-		// without a lease, a heap fetch each, wait for the poll after it.
+		// without a lease, a heap fetch each, wait for the poll after it
+		// (on a pool that starts in stages, for a stage of their own: see
+		// Collector.stage).
 		q.none, q.askLow = false, false
 	}
 	p.polls++

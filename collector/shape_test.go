@@ -474,9 +474,9 @@ func TestSmallPoolsAreCountedExactly(t *testing.T) {
 // Many PENDING rows without a lease are looked for a little further at
 // each poll (64, 128, 256, 512, then 1,025 rows, a heap fetch each), never
 // all at once, before they are counted by ranges of the table; on a pool
-// whose first walk cannot cover the PENDING index, from the poll after
-// that walk (the third: such a pool starts in stages, and its first poll
-// walks nothing).
+// whose first walk cannot cover the PENDING index, from the fourth poll
+// (such a pool starts in stages: its first poll walks nothing, its third
+// seeks the lowest UNUSED id).
 func TestRowsWithoutALeaseAreLookedForFurtherEachPoll(t *testing.T) {
 	ctx := context.Background()
 	schema := shapes[1].build(t, 60_000) // 1,500 PENDING rows without a lease
@@ -484,9 +484,9 @@ func TestRowsWithoutALeaseAreLookedForFurtherEachPoll(t *testing.T) {
 	looks := []int64{64, 128, 256, 512, 1025}
 	last := len(looks) - 1
 	// Its PENDING index (6,000 entries) holds more than the first walk
-	// reads: the first two polls leave the rows without a lease to the
-	// third.
-	for poll := 1; poll <= 2; poll++ {
+	// reads: the first three polls leave the rows without a lease to the
+	// fourth.
+	for poll := 1; poll <= 3; poll++ {
 		s, err := c.Poll(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -503,10 +503,10 @@ func TestRowsWithoutALeaseAreLookedForFurtherEachPoll(t *testing.T) {
 		want := looks[min(i+1, last)]
 		ranged, _, _ := collector.CountsByRanges(c)
 		if got := collector.LeaselessLook(c); got != want || ranged != (i == last) {
-			t.Fatalf("after poll %d: next look %d, by ranges %v; want %d, %v", i+3, got, ranged, want, i == last)
+			t.Fatalf("after poll %d: next look %d, by ranges %v; want %d, %v", i+4, got, ranged, want, i == last)
 		}
 		if s.Pool.NoLease == nil || *s.Pool.NoLease < looks[i] || !slices.Contains(s.Pool.Estimated, "pending") {
-			t.Fatalf("after poll %d: without a lease %v (estimated %v), want at least %d, estimated", i+3, s.Pool.NoLease, s.Pool.Estimated, looks[i])
+			t.Fatalf("after poll %d: without a lease %v (estimated %v), want at least %d, estimated", i+4, s.Pool.NoLease, s.Pool.Estimated, looks[i])
 		}
 	}
 }
@@ -616,8 +616,8 @@ func TestALargePoolStartsInStages(t *testing.T) {
 		totalAtPoll int // the poll that first counts the rows
 	}{
 		{shapes[3], 60_000, true, 5},  // a PENDING index of 6,000 entries
-		{shapes[1], 60_000, true, 4},  // the same, unpartitioned
-		{shapes[0], 400_000, true, 4}, // over 2,000 pages, 400 PENDING entries
+		{shapes[1], 60_000, true, 5},  // the same, unpartitioned
+		{shapes[0], 400_000, true, 5}, // over 2,000 pages, 400 PENDING entries
 		{shapes[0], 20_000, false, 1},
 	} {
 		t.Run(fmt.Sprintf("%s-%d", tc.sh.name, tc.rows), func(t *testing.T) {
@@ -628,7 +628,8 @@ func TestALargePoolStartsInStages(t *testing.T) {
 			createStatStatements(t, ctx, conn)
 			// ran: the calls of the collector's statements on this pool whose
 			// text holds marker (the UNUSED statement's "AS head", the total's
-			// "AS lo", the walk's "got, r1").
+			// "AS lo", the walk's "got, r1", the PENDING looks' "AS u FROM"
+			// and "DESC LIMIT").
 			ran := func(marker string) (n int64) {
 				t.Helper()
 				if err := conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM public.pg_stat_statements
@@ -668,11 +669,18 @@ func TestALargePoolStartsInStages(t *testing.T) {
 				if s, err = c.Poll(ctx); err != nil {
 					t.Fatal(err)
 				}
+				looks := ran("AS u FROM") + ran("DESC LIMIT")
 				switch u, n, w := ran("AS head"), ran("AS lo)"), ran("got, r1"); {
 				case poll == 2 && (w == 0 || u != 0):
 					t.Fatalf("poll 2 walked %d times and ran the UNUSED statement %d times; want the walk only", w, u)
-				case poll == 3 && (u == 0 || n != 0):
-					t.Fatalf("poll 3 ran the UNUSED statement %d times and the total's %d; want the first only", u, n)
+				case poll == 3 && (u == 0 || n != 0 || looks != 0):
+					t.Fatalf("poll 3 ran the UNUSED statement %d times, the total's %d and the looks %d; want the first only", u, n, looks)
+				case poll == 4 && looks == 0:
+					t.Fatalf("poll 4 did not look for the rows without a lease nor the lowest live lease")
+				case tc.sh.name == "partitioned" && poll >= 4 && poll < 12 && ran(`resource\_pool\_%AS head`) != int64(poll-3):
+					// Each partition's first count plans and reads its index
+					// cold: one a poll.
+					t.Fatalf("by poll %d the partitions were counted %d times; want one a poll from poll 4", poll, ran(`resource\_pool\_%AS head`))
 				case poll < tc.totalAtPoll && n != 0:
 					t.Fatalf("poll %d counted the rows; want them left to poll %d", poll, tc.totalAtPoll)
 				case poll == tc.totalAtPoll && n == 0:
