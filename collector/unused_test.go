@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -383,5 +384,64 @@ func TestASeekBeforeAnyFloorSweepsNothing(t *testing.T) {
 	q = u.plan(time.Date(2026, 12, 4, 12, 0, 1, 0, time.UTC))
 	if q.seekOnly || q.floor != 3000 || q.seekTo != 3000 || q.lo >= q.hi {
 		t.Fatalf("with a floor: before any floor %v, floor %d, seek to %d, sweep [%d, %d)", q.seekOnly, q.floor, q.seekTo, q.lo, q.hi)
+	}
+}
+
+// While the live leases are too many to know the lowest, each poll looks
+// for the lowest UNUSED id from the last one's, never from the start of
+// the index (which walks every entry claims left dead there) until the
+// reanchor: an id a holder releases below the head is found by that look,
+// within 30 s, and counted from then on (on a pool where claims stop: in
+// id order they would take it again at once).
+func TestUnknownLiveLeasesLookFromTheStartAtTheReanchorOnly(t *testing.T) {
+	m, u := newIDModel(60_000)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	next := int64(1)
+	fromStart := 0
+	claims := true
+	poll := func() unusedFigures {
+		for n := 0; claims && next <= m.top && n < 200; next++ { // claims at the head
+			if m.unused[next] {
+				m.unused[next], n = false, n+1
+			}
+		}
+		q := u.plan(now)
+		if q.floor == math.MinInt64 {
+			fromStart++
+		}
+		m.answer(q, u.width)
+		f := u.absorb(q, now, time.Millisecond, 0)
+		u.lowerFloor(nil, false, false) // the lowest live lease: unknown
+		now = now.Add(time.Second)
+		return f
+	}
+	for range 10 {
+		poll()
+	}
+	fromStart = 0
+	released := next - 500 // a claimed id below the head, released by its holder
+	m.unused[released] = true
+	claims = false // they would take it again at once: it is the lowest
+	found, lookAt := 0, 0
+	for i := range 60 {
+		looks := fromStart
+		f := poll()
+		if lookAt == 0 && fromStart > looks {
+			lookAt = i + 1
+		}
+		if found == 0 && f.unused == m.truth() {
+			found = i + 1
+		}
+		if found > 0 && f.unused != m.truth() {
+			t.Fatalf("poll %d after the release: unused %d, truth %d", i+1, f.unused, m.truth())
+		}
+	}
+	// The poll that looks from the start finds the released id; the chunks
+	// from it up to the old head are counted at the next.
+	if lookAt == 0 || lookAt > 30 || found < lookAt || found > lookAt+1 {
+		t.Fatalf("released id counted %d polls after its release, the first look from the start at %d: the reanchor finds it within 30 s", found, lookAt)
+	}
+	if fromStart != 2 {
+		t.Fatalf("%d looks from the start of the index in 60 s: the floor is the last poll's head but every reanchor (30 s)", fromStart)
 	}
 }
