@@ -103,9 +103,9 @@ func (u *unusedCounter) setFront(id int64, ok bool) {
 // reaper, or by hand), the next poll looks from the start of the index.
 // When the live leases are too many to know the lowest (valid false), the
 // floor stays this poll's lowest UNUSED id: an id a holder releases below
-// it is found by the look from the start every reanchor. Looking every few
-// polls instead made a 10 M-row leak under claims seek through the dead
-// head of the index one poll in four, 10-20 ms of the server's time each.
+// it is found by the look from the start every reanchor (each look walks
+// every entry claims left dead at the head since the last vacuum, so it
+// comes no more often than that).
 func (u *unusedCounter) lowerFloor(low *int64, valid, freed bool) {
 	switch {
 	case freed:
