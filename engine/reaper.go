@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,7 +26,19 @@ type ReapResult struct {
 	Reclaimed int           `json:"reclaimed"`
 	IDs       []int64       `json:"-"`
 	MaxLag    time.Duration `json:"-"` // longest time a reclaimed lease had been expired
+	// Held are the expired leases the statement passed over because their
+	// holder had the row locked (a renewal or a commit in flight as the
+	// lease ran out): SKIP LOCKED cannot take them, and the next statement
+	// looks again.
+	Held []int64 `json:"-"`
+
+	at      time.Time  // the statement's start on the database clock
+	expired []reapedAt // of each of IDs: its expiry and when it was reclaimed
 }
+
+// reapedAt is when a reclaimed lease had expired (zero: at -infinity,
+// unknown) and when the statement took it, both on the database clock.
+type reapedAt struct{ expired, reclaimed time.Time }
 
 // The reaper returns expired leases to the pool in short batches, skipping
 // rows a worker has locked (a commit or renew in flight wins; the next pass
@@ -34,23 +47,40 @@ type ReapResult struct {
 // written into the LIMIT for the plan's sake, as in the claim. A lease that
 // expires at -infinity is reaped like any other (its lag is unknown); a row
 // whose token cannot be raised any more is left for a person (verify names it).
+//
+// The same statement names the leases it passed over: rows expired at its
+// start (on its snapshot) that it did not lock, up to the last expiry it
+// reached when its batch was full. The reaper's lag is measured from the
+// last time it found a lease held, so a lease is called late only when
+// nothing held its row.
 const sqlReap = `
 WITH expired AS MATERIALIZED (
     SELECT id, leased_until FROM resource_pool
     WHERE status = 'PENDING' AND lease_token < 9223372036854775807
       AND leased_until < coalesce($1::timestamptz, clock_timestamp()) - $2::bigint * interval '1 microsecond'
     ORDER BY leased_until
-    LIMIT %d
+    LIMIT %[1]d
     FOR NO KEY UPDATE SKIP LOCKED
+), reclaimed AS (
+    UPDATE resource_pool AS r
+    SET status = 'UNUSED', holder = NULL, leased_until = NULL,
+        lease_token = r.lease_token + 1, updated_at = clock_timestamp()
+    FROM expired
+    WHERE r.id = expired.id AND r.status = 'PENDING'
+      AND r.leased_until < coalesce($1::timestamptz, clock_timestamp()) - $2::bigint * interval '1 microsecond'
+    RETURNING r.id, expired.leased_until
+), held AS (
+    SELECT p.id FROM resource_pool AS p
+    WHERE p.status = 'PENDING' AND p.lease_token < 9223372036854775807
+      AND p.leased_until < coalesce($1::timestamptz, statement_timestamp()) - $2::bigint * interval '1 microsecond'
+      AND NOT EXISTS (SELECT FROM expired WHERE expired.id = p.id)
+      AND ((SELECT count(*) FROM expired) < %[1]d OR p.leased_until <= (SELECT max(leased_until) FROM expired))
+    ORDER BY p.leased_until
+    LIMIT %[1]d
 )
-UPDATE resource_pool AS r
-SET status = 'UNUSED', holder = NULL, leased_until = NULL,
-    lease_token = r.lease_token + 1, updated_at = clock_timestamp()
-FROM expired
-WHERE r.id = expired.id AND r.status = 'PENDING'
-  AND r.leased_until < coalesce($1::timestamptz, clock_timestamp()) - $2::bigint * interval '1 microsecond'
-RETURNING r.id, CASE WHEN isfinite(expired.leased_until)
-                     THEN (extract(epoch FROM coalesce($1::timestamptz, clock_timestamp()) - expired.leased_until) * 1e6)::bigint END`
+SELECT id, CASE WHEN isfinite(leased_until) THEN leased_until END, coalesce($1::timestamptz, clock_timestamp()), false FROM reclaimed
+UNION ALL
+SELECT id, NULL, coalesce($1::timestamptz, statement_timestamp()), true FROM held`
 
 // LeaseReap reclaims up to Batch expired leases in one short statement.
 func (e *Engine) LeaseReap(ctx context.Context, p *LeaseReapParams) (ReapResult, error) {
@@ -81,16 +111,24 @@ func (e *Engine) reap(ctx context.Context, p *LeaseReapParams) (ReapResult, erro
 	var res ReapResult
 	for rows.Next() {
 		var id int64
-		var lagMicros *int64
-		if err := rows.Scan(&id, &lagMicros); err != nil {
+		var expired *time.Time
+		var at time.Time
+		var held bool
+		if err := rows.Scan(&id, &expired, &at, &held); err != nil {
 			return ReapResult{}, fmt.Errorf("reap: %w", err)
 		}
-		res.IDs = append(res.IDs, id)
-		if lagMicros != nil {
-			if lag := time.Duration(*lagMicros) * time.Microsecond; lag > res.MaxLag {
-				res.MaxLag = lag
-			}
+		if held {
+			res.Held = append(res.Held, id)
+			res.at = at
+			continue
 		}
+		res.IDs = append(res.IDs, id)
+		r := reapedAt{reclaimed: at}
+		if expired != nil {
+			r.expired = *expired
+			res.MaxLag = max(res.MaxLag, at.Sub(*expired))
+		}
+		res.expired = append(res.expired, r)
 	}
 	if err := rows.Err(); err != nil {
 		return ReapResult{}, dbError("reap", err)
@@ -139,25 +177,25 @@ type ReaperStats struct {
 	Passes    int64
 	Reclaimed int64
 	Errors    int64
-	MaxLag    time.Duration // longest expiry-to-reclaim lag seen
-	MaxBatch  time.Duration // longest single reap statement
+	// Held counts the expired leases a statement passed over because
+	// their holder had the row locked (a renewal or a commit in flight as
+	// the lease ran out): SKIP LOCKED cannot take them. A lease held at
+	// several statements is counted at each.
+	Held int64
+	// MaxLag is the longest a reclaimed lease waited for the reaper: from
+	// its expiry, or from the last statement that found its row held if
+	// that came later. A lease is late only while nothing holds its row.
+	MaxLag   time.Duration
+	MaxBatch time.Duration // longest single reap statement
 	// MaxGap is the longest time from the start of one reap statement to
 	// the end of the next that succeeded. A lease that expires (past its
-	// grace) just after one statement looked is reclaimed by the next, so
-	// no lease waits longer than Grace + MaxGap past its expiry, unless
-	// its holder had its row locked (SKIP LOCKED passes over it) or a pass
-	// stopped at MaxBatches. It holds whatever delayed the reaper: its
-	// interval, a CPU it waited for, a server that was away.
-	MaxGap time.Duration
-	// MaxTwoGaps is the longest time from the start of one reap statement
-	// to the end of the second that succeeded after it: the bound of a
-	// lease that one statement passed over because its holder had its row
-	// locked (a renewal or a commit in flight as the lease ran out; the
-	// holder then finds it expired and lets go, and the next statement
-	// takes it). So no lease whose row was locked at most once as the
-	// reaper looked waits longer than Grace + MaxTwoGaps.
-	MaxTwoGaps time.Duration
-	LastError  error
+	// grace) just after one statement looked, or that one statement found
+	// held, is reclaimed by the next unless its row is held again, so
+	// MaxLag stays within Grace + MaxGap unless a pass stopped at
+	// MaxBatches. It holds whatever delayed the reaper: its interval, a
+	// CPU it waited for, a server that was away.
+	MaxGap    time.Duration
+	LastError error
 }
 
 // Reaper is the background service that returns expired leases to the pool.
@@ -169,11 +207,13 @@ type Reaper struct {
 	engines []*Engine
 	cfg     atomic.Pointer[ReaperConfig]
 
-	passes, reclaimed, errs, maxLag, maxBatch, maxGap, maxTwoGaps atomic.Int64
-	// lastStart[i] is when the last two statements that succeeded on
-	// engines[i] started, on the monotonic clock since epoch (0: none yet).
-	lastStart []starts
-	lastErr   atomic.Pointer[error]
+	passes, reclaimed, held, errs, maxLag, maxBatch, maxGap atomic.Int64
+	// lastStart[i] is when the last statement that succeeded on engines[i]
+	// started, on the monotonic clock since epoch (0: none yet).
+	lastStart []atomic.Int64
+	// heldAt[i] holds, for the leases of engines[i] found held, when.
+	heldAt  []heldLeases
+	lastErr atomic.Pointer[error]
 
 	run startstop.Runner
 }
@@ -184,7 +224,7 @@ func (e *Engine) NewReaper(cfg ReaperConfig) (*Reaper, error) {
 }
 
 func newReaper(engines []*Engine, cfg ReaperConfig) (*Reaper, error) {
-	r := &Reaper{engines: engines, lastStart: make([]starts, len(engines))}
+	r := &Reaper{engines: engines, lastStart: make([]atomic.Int64, len(engines)), heldAt: make([]heldLeases, len(engines))}
 	if err := r.SetConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -214,7 +254,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	r.passes.Add(1)
 	var first error
 	for i, e := range r.engines {
-		n, err := r.reapOne(ctx, cfg, e, &r.lastStart[i])
+		n, err := r.reapOne(ctx, cfg, e, &r.lastStart[i], &r.heldAt[i])
 		total += n
 		if err != nil && first == nil {
 			first = err
@@ -226,7 +266,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	return total, first
 }
 
-func (r *Reaper) reapOne(ctx context.Context, cfg ReaperConfig, e *Engine, lastStart *starts) (int, error) {
+func (r *Reaper) reapOne(ctx context.Context, cfg ReaperConfig, e *Engine, lastStart *atomic.Int64, held *heldLeases) (int, error) {
 	total := 0
 	for i := 0; i < cfg.MaxBatches; i++ {
 		start := time.Since(epoch)
@@ -240,16 +280,13 @@ func (r *Reaper) reapOne(ctx context.Context, cfg ReaperConfig, e *Engine, lastS
 			}
 			return total, err
 		}
-		prev := lastStart.last.Swap(int64(start))
-		if prev != 0 {
+		if prev := lastStart.Swap(int64(start)); prev != 0 {
 			storeMax(&r.maxGap, int64(end)-prev)
-		}
-		if before := lastStart.before.Swap(prev); before != 0 {
-			storeMax(&r.maxTwoGaps, int64(end)-before)
 		}
 		total += res.Reclaimed
 		r.reclaimed.Add(int64(res.Reclaimed))
-		storeMax(&r.maxLag, int64(res.MaxLag))
+		r.held.Add(int64(len(res.Held)))
+		storeMax(&r.maxLag, int64(held.judge(&res, cfg.Batch)))
 		if res.Reclaimed > 0 && cfg.OnReap != nil {
 			cfg.OnReap(res)
 		}
@@ -258,6 +295,16 @@ func (r *Reaper) reapOne(ctx context.Context, cfg ReaperConfig, e *Engine, lastS
 		}
 	}
 	return total, nil
+}
+
+// LagBound is the longest a lease may wait for this reaper as far as it
+// has measured: the grace and the longest gap between two statements
+// (ReaperStats.MaxGap), with 0.1% of that gap and a millisecond for the
+// lag being read on the database's clock and the gap on ours (a clock
+// slewed by NTP runs at most 0.05% fast; timestamps are rounded to µs).
+func (r *Reaper) LagBound() time.Duration {
+	gap := time.Duration(r.maxGap.Load())
+	return r.Config().Grace + gap + gap/1000 + time.Millisecond
 }
 
 // Start runs passes in the background until Stop or ctx ends. Starting a
@@ -288,13 +335,13 @@ func (r *Reaper) Running() bool { return r.run.Running() }
 // Stats returns the counters.
 func (r *Reaper) Stats() ReaperStats {
 	s := ReaperStats{
-		Passes:     r.passes.Load(),
-		Reclaimed:  r.reclaimed.Load(),
-		Errors:     r.errs.Load(),
-		MaxLag:     time.Duration(r.maxLag.Load()),
-		MaxBatch:   time.Duration(r.maxBatch.Load()),
-		MaxGap:     time.Duration(r.maxGap.Load()),
-		MaxTwoGaps: time.Duration(r.maxTwoGaps.Load()),
+		Passes:    r.passes.Load(),
+		Reclaimed: r.reclaimed.Load(),
+		Held:      r.held.Load(),
+		Errors:    r.errs.Load(),
+		MaxLag:    time.Duration(r.maxLag.Load()),
+		MaxBatch:  time.Duration(r.maxBatch.Load()),
+		MaxGap:    time.Duration(r.maxGap.Load()),
 	}
 	if p := r.lastErr.Load(); p != nil {
 		s.LastError = *p
@@ -302,8 +349,54 @@ func (r *Reaper) Stats() ReaperStats {
 	return s
 }
 
-// starts are when the last statement and the one before it started.
-type starts struct{ last, before atomic.Int64 }
+// heldLeases remembers the leases of one server that a statement found
+// held, and when (on the database clock), so that the lag of a lease
+// reclaimed later is measured from then. Entries are dropped when the
+// lease is reclaimed, or when a statement that saw every expired lease
+// (its batch not full) found the lease neither held nor expired any more
+// (committed, released or renewed).
+type heldLeases struct {
+	mu    sync.Mutex
+	since map[int64]time.Time
+}
+
+// maxHeldRemembered bounds the memory of held leases; past it, leases found
+// held are not remembered and their lag counts from their expiry.
+const maxHeldRemembered = 100_000
+
+// judge returns the longest lag of the leases res reclaimed, each from its
+// expiry or from when it was last found held, whichever came later, and
+// remembers the leases res found held.
+func (h *heldLeases) judge(res *ReapResult, batch int) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var lag time.Duration
+	for i, id := range res.IDs {
+		at := res.expired[i]
+		from, ok := h.since[id]
+		delete(h.since, id)
+		if at.expired.IsZero() {
+			continue // expired at -infinity: its lag is unknown
+		}
+		if !ok || from.Before(at.expired) {
+			from = at.expired
+		}
+		lag = max(lag, at.reclaimed.Sub(from))
+	}
+	if res.Reclaimed < batch && len(res.Held) < batch && len(h.since) > 0 {
+		clear(h.since)
+	}
+	if h.since == nil && len(res.Held) > 0 {
+		h.since = make(map[int64]time.Time)
+	}
+	for _, id := range res.Held {
+		if len(h.since) >= maxHeldRemembered {
+			break
+		}
+		h.since[id] = res.at
+	}
+	return lag
+}
 
 // epoch is the origin of the reaper's monotonic clock readings.
 var epoch = time.Now()

@@ -580,7 +580,8 @@ func (m Model) proofText() (long, short string) {
 	case workload.ProofLeaked:
 		return "leaked " + n(int64(w.Leaked)) + ", never back", "leaked " + n(int64(w.Leaked))
 	case workload.ProofReclaimed:
-		return "reclaimed " + n(w.Reclaimed) + " · leaked now " + n(int64(w.Leaked)), "reclaimed " + n(w.Reclaimed)
+		// The reaper's lag counts only time nobody held the lease's row.
+		return fmt.Sprintf("reclaimed %s · leaked now %s · reaper late ≤ %.1f s", n(w.Reclaimed), n(int64(w.Leaked)), w.ReaperMaxLag.Seconds()), "reclaimed " + n(w.Reclaimed)
 	case workload.ProofDouble:
 		return "double finalizations " + n(w.DoubleFinalizations), "double " + n(w.DoubleFinalizations)
 	case workload.ProofFenced:

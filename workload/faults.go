@@ -114,6 +114,7 @@ type FaultSummary struct {
 	Reclaimed       int64          `json:"reclaimed"`
 	MaxReclaimLagMS float64        `json:"max_reclaim_lag_ms"`
 	ReclaimBoundMS  float64        `json:"reclaim_bound_ms"`
+	ReaperHeld      int64          `json:"reaper_held"`   // expired leases passed over while their holder had the row locked
 	DownS           float64        `json:"server_down_s"` // the longest restart
 	// AcksLost counts the commits whose connection was cut, by whether the
 	// server had executed them (delivered) or never saw them (dropped).
@@ -365,7 +366,7 @@ WHERE application_name = 'pooltop-work' AND random() < 0.5`).Scan(&cut)
 	sum.Audit, sum.Committed, sum.Reclaimed, sum.MaxReclaimLagMS = audit, audit.Effects, rs.Reclaimed, ms(rs.MaxLag)
 	// As for Chaos: the gap between two reap statements that succeeded
 	// also holds the time the server was away.
-	sum.ReclaimBoundMS = ms(cfg.ReaperGrace + rs.MaxTwoGaps + 100*time.Millisecond) // see Summary.ReclaimBoundMS
+	sum.ReclaimBoundMS, sum.ReaperHeld = ms(reaper.LagBound()), rs.Held // see Summary.ReclaimBoundMS
 	for _, f := range audit.Findings {
 		sum.Violations = append(sum.Violations, f.Text)
 	}

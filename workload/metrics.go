@@ -239,9 +239,13 @@ type Snapshot struct {
 	// Leaked is the ground truth of leases held by crashed workers that
 	// nobody released: the ids the reaper must bring back (or, without
 	// leases, the ids that leaked).
-	Leaked       int           `json:"leaked"`
-	Reclaimed    int64         `json:"reclaimed"`
+	Leaked    int   `json:"leaked"`
+	Reclaimed int64 `json:"reclaimed"`
+	// ReaperMaxLag is the longest a reclaimed lease waited for the reaper
+	// while nothing held its row; ReaperHeld counts the expired leases the
+	// reaper passed over because their holder had the row locked.
 	ReaperMaxLag time.Duration `json:"reaper_max_lag_ns"`
+	ReaperHeld   int64         `json:"reaper_held"`
 	Refilled     int64         `json:"refilled"`
 	// The stories of transfer, local-clock and lost-ack.
 	Transferred         int64 `json:"transferred"`

@@ -200,11 +200,14 @@ type Summary struct {
 	Reclaimed           int64   `json:"reclaimed"`
 	MaxReclaimLagMS     float64 `json:"max_reclaim_lag_ms"`
 	ReclaimBoundMS      float64 `json:"reclaim_bound_ms"`
-	Crashes             int64   `json:"crashes"`
-	Pauses              int64   `json:"pauses"`
-	EmptyPool           int64   `json:"empty_pool"`
-	Conflicts           int64   `json:"conflicts"`
-	Errors              int64   `json:"errors"`
+	// ReaperHeld counts the expired leases the reaper passed over because
+	// their holder had the row locked (their lag counts from then).
+	ReaperHeld int64 `json:"reaper_held"`
+	Crashes    int64 `json:"crashes"`
+	Pauses     int64 `json:"pauses"`
+	EmptyPool  int64 `json:"empty_pool"`
+	Conflicts  int64 `json:"conflicts"`
+	Errors     int64 `json:"errors"`
 	// The figures of the stories of a lease's edges.
 	LeasesLost          int64   `json:"leases_lost"`
 	Transferred         int64   `json:"transferred,omitempty"`
@@ -351,16 +354,15 @@ run:
 		DoubleFinalizations: audit.DoubleFinalizations, LostIDs: int64(lost),
 		ExpiredPending: audit.PendingPastGrace, Reclaimed: rs.Reclaimed,
 		MaxReclaimLagMS: ms(rs.MaxLag),
-		// A lease expiring just after a reap statement looked is reclaimed
-		// by the next one, or, if its holder had its row locked then (a
-		// renewal or a commit in flight as it ran out: SKIP LOCKED passes
-		// over it), by the one after: it waits at most the grace and the
-		// longest two gaps between statements (engine.ReaperStats.MaxTwoGaps,
-		// which holds the interval and whatever delayed the reaper: a CPU
-		// it waited for, a pass's other batches), plus 100 ms for the
-		// server's clock read against ours.
-		ReclaimBoundMS: ms(cfg.ReaperGrace + rs.MaxTwoGaps + 100*time.Millisecond),
-		Crashes:        snap.Crashes, Pauses: snap.Pauses, EmptyPool: snap.EmptyPool,
+		// A lease expiring just after a reap statement looked, or found
+		// held by its holder then (a renewal or a commit in flight as it
+		// ran out: SKIP LOCKED passes over it, and the lag counts from
+		// then), is reclaimed by the next statement: it waits at most the
+		// grace and the longest gap between statements, which holds the
+		// interval and whatever delayed the reaper (a CPU it waited for, a
+		// pass's other batches). See engine.Reaper.LagBound.
+		ReclaimBoundMS: ms(wl.Reaper().LagBound()), ReaperHeld: rs.Held,
+		Crashes: snap.Crashes, Pauses: snap.Pauses, EmptyPool: snap.EmptyPool,
 		Conflicts: snap.Conflicts, Errors: errs, Audit: audit,
 		LeasesLost: snap.LeasesLost, Transferred: snap.Transferred, OldHolderRejections: snap.OldHolderRejections,
 		PastExpiry: snap.PastExpiry, AcksLost: snap.AcksLost, Replayed: snap.Replayed,

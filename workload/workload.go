@@ -393,7 +393,7 @@ func (w *Workload) Snapshot() Snapshot {
 		EmptyPool: t.c[cEmpty], LeasesLost: t.c[cLeaseLost], Cycles: t.c[cCycles],
 		Conflicts: w.eng.Stats().OptimisticConflicts, Errors: map[string]int64{},
 		AcquireLatency: latency(t.acquire), CycleLatency: latency(t.cycle), RecentAcquireLatency: latency(t.recent),
-		Leaked: dead, Reclaimed: rs.Reclaimed, ReaperMaxLag: rs.MaxLag, Refilled: w.refilled.Load(),
+		Leaked: dead, Reclaimed: rs.Reclaimed, ReaperMaxLag: rs.MaxLag, ReaperHeld: rs.Held, Refilled: w.refilled.Load(),
 		Transferred: t.c[cTransferred], OldHolderRejections: t.c[cOldHolder], PastExpiry: t.c[cPastExpiry],
 		AcksLost: t.c[cAckLost], Replayed: t.c[cReplayed], DuplicatesFreshID: t.c[cDupFresh], DuplicatesStableID: t.c[cDupStable],
 		DeadOldest: oldest, RecoveryWait: recovery, AutovacuumOff: w.vacOff.Load(),

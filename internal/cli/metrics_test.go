@@ -264,10 +264,14 @@ func TestDemoMetricsCarryTheWorkloadCounters(t *testing.T) {
 		"pooltop_workload_acquires_total": w.Acquired, "pooltop_workload_commits_total": w.Committed,
 		"pooltop_workload_fenced_rejections_total": w.FencedRejections, "pooltop_workload_double_finalizations_total": w.DoubleFinalizations,
 		"pooltop_workload_crashes_total": w.Crashes, "pooltop_workload_reclaimed_total": w.Reclaimed, "pooltop_workload_cycles_total": w.Cycles,
+		"pooltop_workload_reaper_held_total": w.ReaperHeld,
 	} {
 		if v, typ, ok := value(fams, name); !ok || typ != dto.MetricType_COUNTER || v != float64(want) {
 			t.Errorf("%s = %v (%v, present %v), want a counter at %d", name, v, typ, ok, want)
 		}
+	}
+	if v, typ, ok := value(fams, "pooltop_workload_reaper_max_lag_seconds"); !ok || typ != dto.MetricType_GAUGE || v != w.ReaperMaxLag.Seconds() {
+		t.Errorf("pooltop_workload_reaper_max_lag_seconds = %v (%v, present %v), want a gauge at %v", v, typ, ok, w.ReaperMaxLag.Seconds())
 	}
 	if v, _, ok := value(fams, "pooltop_pool_ids", "state=unused"); !ok || v != float64(s.Pool.Unused) {
 		t.Errorf("unused %v, recorded %d", v, s.Pool.Unused)

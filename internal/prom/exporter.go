@@ -115,6 +115,7 @@ var (
 	descPollTime      = desc("pooltop_last_poll_timestamp_seconds", "When the poll these figures come from began (Unix time).")
 	descWorkers       = desc("pooltop_workload_workers", "Simulated workers running (demo only).")
 	descLeaked        = desc("pooltop_workload_leaked_ids", "Ids held by crashed workers that nobody released (demo only).")
+	descReaperMaxLag  = desc("pooltop_workload_reaper_max_lag_seconds", "Longest a reclaimed lease waited for the reaper while nothing held its row (demo only).")
 	descErrors        = desc("pooltop_workload_errors_total", "Failed workload statements by class (demo only).", "class")
 	descFleet         = desc("pooltop_fleet_processes", "pooltop work processes by state: alive, stopped (drained), gone (stopped heartbeating without draining).", "state")
 	descFleetCycles   = desc("pooltop_fleet_cycles_per_second", "Cycles per second of the live pooltop work processes, summed.")
@@ -140,13 +141,14 @@ var workloadCounters = []struct {
 	{desc("pooltop_workload_pauses_total", "Simulated workers that froze (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Pauses }},
 	{desc("pooltop_workload_cycles_total", "Acquire → work → commit cycles completed (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Cycles }},
 	{desc("pooltop_workload_reclaimed_total", "Expired leases the reaper returned to the pool (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Reclaimed }},
+	{desc("pooltop_workload_reaper_held_total", "Expired leases the reaper passed over because their holder had the row locked: held, not late (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.ReaperHeld }},
 	{desc("pooltop_workload_refilled_total", "Ids the producer added to the pool (demo only)."), func(s *collector.Snapshot) int64 { return s.Workload.Refilled }},
 }
 
 // Describe sends every metric's description.
 func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPoolIDs, descStuck, descReaperLag, descWaitUnplanned, descNoLease, descPassedOver, descPassedOverS, descPassedOverBy, descEstimated, descWaiters, descWaitMax, descLWLock, descPartUnused, descDead, descLive, descBurn,
-		descETA, descConsumedRate, descConns, descMaxConns, descAlert, descPollTime, descWorkers, descLeaked, descErrors,
+		descETA, descConsumedRate, descConns, descMaxConns, descAlert, descPollTime, descWorkers, descLeaked, descReaperMaxLag, descErrors,
 		descFleet, descFleetCycles, descFleetHeld} {
 		ch <- e.desc(d)
 	}
@@ -277,6 +279,7 @@ func (e *Exporter) collect(ch chan<- prometheus.Metric, s *collector.Snapshot, s
 	}
 	gauge(descWorkers, float64(s.Workload.Workers))
 	gauge(descLeaked, float64(s.Workload.Leaked))
+	gauge(descReaperMaxLag, s.Workload.ReaperMaxLag.Seconds())
 	for _, c := range workloadCounters {
 		metric(c.desc, prometheus.CounterValue, float64(c.get(s)))
 	}
