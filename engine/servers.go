@@ -528,6 +528,11 @@ func (s *Servers) LeaseCheck(ctx context.Context, p *LeaseCheckParams) (bool, er
 	return on(ctx, s, p.Server, func(e *Engine) (bool, error) { return e.LeaseCheck(ctx, p) })
 }
 
+// LeaseSuperseded is Engine.LeaseSuperseded on the server the lease names.
+func (s *Servers) LeaseSuperseded(ctx context.Context, p *LeaseCheckParams) (bool, error) {
+	return on(ctx, s, p.Server, func(e *Engine) (bool, error) { return e.LeaseSuperseded(ctx, p) })
+}
+
 // LeaseCommitBatch commits the items, one fenced statement on each server
 // the items name (a batch's items may come from several servers: never one
 // statement across them). results[i] and errs[i] describe items[i]; a

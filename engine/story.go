@@ -44,6 +44,29 @@ func (e *Engine) LeaseCheck(ctx context.Context, p *LeaseCheckParams) (bool, err
 	return ok, nil
 }
 
+const sqlLeaseSuperseded = `
+SELECT status = 'CONSUMED' AND lease_token > $2 FROM resource_pool WHERE id = $1`
+
+// LeaseSuperseded reports whether another holder has committed the id under
+// a later lease than (ID, Token): the lease was reaped or handed over, the
+// id claimed again and consumed. A holder of the old lease that wakes now
+// is a zombie. The workload's staged pause waits for it, so that the zombie
+// it shows always finds its id taken.
+func (e *Engine) LeaseSuperseded(ctx context.Context, p *LeaseCheckParams) (bool, error) {
+	if err := checkLeaseRef(p.ID, p.Token); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := e.db.QueryRow(ctx, sqlLeaseSuperseded, p.ID, p.Token).Scan(&ok)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, &LeaseError{Op: "superseded", ID: p.ID, Err: ErrNotFound}
+	}
+	if err != nil {
+		return false, dbError(fmt.Sprintf("check id %d", p.ID), err)
+	}
+	return ok, nil
+}
+
 // sqlPoolLeaves lists the tables that hold the pool's rows: the pool itself,
 // or its partitions when it is partitioned (storage parameters such as
 // autovacuum_enabled live on the leaves).

@@ -298,6 +298,15 @@ run:
 	}
 	tick.Stop()
 
+	// The fault staged at the start (or by the cure) plays out before the
+	// faults stop: a staged pause waits for its id to be committed by
+	// another holder, which takes a lease, a reaper pass and a claim.
+	stagedFor := cfg.PauseLength + 2*cfg.TTL + 4*cfg.ReaperInterval + cfg.ReaperGrace + 30*time.Second
+	notStaged := waitFor(ctx, stagedFor, wl.Staged)
+	if ctx.Err() != nil {
+		return Summary{}, ctx.Err()
+	}
+
 	// Stop the faults, then the workers (they finish or release); the
 	// reaper keeps running.
 	calm := wl.Config() // with the cure, if the second half had one
@@ -389,6 +398,9 @@ run:
 	}
 	s.History = &hc
 	s.judge(sc, cfg, audit)
+	if notStaged != nil {
+		s.Violations = append(s.Violations, fmt.Sprintf("the scenario's staged fault did not play out: %v", notStaged))
+	}
 	return s, nil
 }
 

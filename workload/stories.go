@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/pooltop-dev/pooltop/engine"
@@ -66,9 +67,9 @@ func (wk *worker) transfer(ctx context.Context, cfg *Config, leases []engine.Lea
 			continue
 		}
 		s.add(cTransferred, 1)
-		res, err := wk.commitOne(ctx, cfg, nl, to, fmt.Sprintf("%s-%d-%d-t", to, cycle, l.ID), false)
+		res, err := wk.commitOne(ctx, cfg, nl, to, fmt.Sprintf("%s-%d-%d-t", to, cycle, l.ID), noPause)
 		wk.countCommit(err, res.PriorEffects)
-		res, err = wk.commitOne(ctx, cfg, l, wk.name, fmt.Sprintf("%s-%d-%d", wk.name, cycle, l.ID), false)
+		res, err = wk.commitOne(ctx, cfg, l, wk.name, fmt.Sprintf("%s-%d-%d", wk.name, cycle, l.ID), noPause)
 		if rejected(err) {
 			s.add(cOldHolder, 1)
 		}
@@ -85,7 +86,7 @@ func rejected(err error) bool { return engine.IsRejected(err) || errors.Is(err, 
 // fenced in the statement, or, with the fence in the application, after a
 // check that its token is current, freezing between the check and the
 // write when pauseAfterCheck; with fencing off, unchecked.
-func (wk *worker) commitOne(ctx context.Context, cfg *Config, l engine.Lease, holder, reqID string, pauseAfterCheck bool) (engine.CommitResult, error) {
+func (wk *worker) commitOne(ctx context.Context, cfg *Config, l engine.Lease, holder, reqID string, afterCheck pause) (engine.CommitResult, error) {
 	p := &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Server: l.Server, Holder: holder, RequestID: reqID, NoFence: !cfg.Fencing}
 	if cfg.Fencing && cfg.FenceInApp {
 		ok, err := wk.w.eng.LeaseCheck(ctx, &engine.LeaseCheckParams{ID: l.ID, Token: l.Token, Server: l.Server})
@@ -95,10 +96,97 @@ func (wk *worker) commitOne(ctx context.Context, cfg *Config, l engine.Lease, ho
 		if !ok {
 			return engine.CommitResult{}, errAppFence
 		}
-		if pauseAfterCheck {
-			wk.sleep(cfg.PauseLength) // checked, then frozen: it wakes believing the check still holds
-		}
-		p.NoFence = true // the statement itself carries no token
+		wk.freeze(ctx, cfg, []engine.Lease{l}, afterCheck) // checked, then frozen: it wakes believing the check still holds
+		p.NoFence = true                                   // the statement itself carries no token
 	}
 	return wk.w.eng.LeaseCommit(ctx, p)
+}
+
+// stage makes the fault a scenario is about happen at once rather than by
+// chance: the first claim after the fault knobs change (or the workload
+// starts with a fault on) crashes, pauses, hands its lease over or loses
+// its commit's answer, whichever of those faults is on, crash first. A
+// staged pause lasts until another holder has committed the frozen
+// worker's id, so the worker always wakes a zombie: the demo shows the
+// failure within seconds, and a chaos run of a few seconds shows its
+// story on a machine of any speed.
+type stage struct {
+	// armed is the configuration whose fault is staged: only a claim made
+	// under it takes the stage, so that the fault is the one its knobs say.
+	armed   atomic.Pointer[Config]
+	playing atomic.Int32 // staged faults taken and not yet played out
+}
+
+// faultKnobs are the knobs whose change stages a fault again.
+type faultKnobs struct {
+	crash, pause, transfer, ackLoss  float64
+	pauseLength                      time.Duration
+	lease, fencing, inApp, stableIDs bool
+}
+
+func (c Config) faultKnobs() faultKnobs {
+	return faultKnobs{c.CrashRate, c.PauseRate, c.TransferRate, c.AckLoss, c.PauseLength, c.Lease, c.Fencing, c.FenceInApp, c.StableRequestID}
+}
+
+// arm stages a fault when the knobs of a fault changed from before to now
+// and one of its rates is on.
+func (st *stage) arm(before Config, now *Config) {
+	if before.faultKnobs() == now.faultKnobs() {
+		return
+	}
+	if now.CrashRate > 0 || now.PauseRate > 0 || now.TransferRate > 0 || now.AckLoss > 0 {
+		st.armed.Store(now)
+	} else {
+		st.armed.Store(nil)
+	}
+}
+
+// take reports whether this claim, made under cfg, is the staged one;
+// played must follow.
+func (st *stage) take(cfg *Config) bool {
+	if cfg == nil || !st.armed.CompareAndSwap(cfg, nil) {
+		return false
+	}
+	st.playing.Add(1)
+	return true
+}
+
+func (st *stage) played() { st.playing.Add(-1) }
+
+// Staged reports whether the fault staged by the last change of the fault
+// knobs has played out (or none was staged): the worker that took it has
+// crashed or finished its cycle.
+func (w *Workload) Staged() bool { return w.stage.armed.Load() == nil && w.stage.playing.Load() == 0 }
+
+// pause is how a worker freezes: not, for PauseLength, or for PauseLength
+// and then until another holder has committed its id (LeaseSuperseded).
+type pause int
+
+const (
+	noPause pause = iota
+	pauseFor
+	pauseTillSuperseded
+)
+
+// maxStagedPause bounds a staged pause whose id nobody commits (the reaper
+// off, the workers stopped).
+const maxStagedPause = time.Minute
+
+// freeze is a frozen worker: no renewal, no commit, nothing, as p says. It
+// stops early when the worker is told to stop.
+func (wk *worker) freeze(ctx context.Context, cfg *Config, leases []engine.Lease, p pause) {
+	if p == noPause || !wk.sleep(cfg.PauseLength) || p != pauseTillSuperseded || len(leases) == 0 {
+		return
+	}
+	l := leases[0]
+	deadline := time.Now().Add(maxStagedPause)
+	for time.Now().Before(deadline) {
+		done, err := wk.w.eng.LeaseSuperseded(ctx, &engine.LeaseCheckParams{ID: l.ID, Token: l.Token, Server: l.Server})
+		if err != nil {
+			wk.shard.fail(err)
+		}
+		if done || !wk.sleep(25*time.Millisecond) {
+			return
+		}
+	}
 }

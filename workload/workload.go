@@ -58,6 +58,7 @@ type Workload struct {
 	reports atomic.Int64
 	rep     *reporter
 	base    Snapshot // subtracted by Reset
+	stage   stage    // the fault the knobs' last change shows at once
 
 	wg  sync.WaitGroup // worker goroutines
 	run startstop.Runner
@@ -72,6 +73,7 @@ type Engine interface {
 	LeaseRelease(ctx context.Context, p *engine.LeaseReleaseParams) (engine.Lease, error)
 	LeaseTransfer(ctx context.Context, p *engine.LeaseTransferParams) (engine.Lease, error)
 	LeaseCheck(ctx context.Context, p *engine.LeaseCheckParams) (bool, error)
+	LeaseSuperseded(ctx context.Context, p *engine.LeaseCheckParams) (bool, error)
 	LeaseCommit(ctx context.Context, p *engine.LeaseCommitParams) (engine.CommitResult, error)
 	LeaseCommitBatch(ctx context.Context, holder string, items []engine.CommitItem) ([]engine.CommitResult, []error, error)
 	StillHeld(ctx context.Context, ids, tokens []int64) ([]int64, error)
@@ -105,6 +107,7 @@ func New(eng Engine, cfg Config) (*Workload, error) {
 	}
 	w.cfg.Store(&cfg)
 	w.heldMin.Store(math.MaxInt64)
+	w.stage.arm(Config{}, &cfg)
 	return w, nil
 }
 
@@ -118,7 +121,7 @@ func (w *Workload) SetConfig(c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	w.cfg.Store(&c)
+	w.stage.arm(*w.cfg.Swap(&c), &c)
 	select {
 	case w.changed <- struct{}{}:
 	default:
@@ -593,20 +596,30 @@ func (wk *worker) cycle(ctx context.Context, n int) (crashed bool) {
 	wk.held.Store(int64(len(leases)))
 	defer wk.held.Store(0)
 
-	if cfg.CrashRate > 0 && wk.rng.Float64() < cfg.CrashRate {
+	// The first claim after the fault knobs change shows their fault for
+	// certain (see stage); the others by chance.
+	staged := wk.w.stage.take(cfg)
+	if staged {
+		defer wk.w.stage.played()
+	}
+	if cfg.CrashRate > 0 && (wk.rng.Float64() < cfg.CrashRate || staged) {
 		s.add(cCrashes, 1)
 		wk.w.leak(leases)
 		return true
 	}
 	// A worker that checks its fence in the application freezes between
 	// the check and the write; the others before their task.
-	paused := cfg.PauseRate > 0 && wk.rng.Float64() < cfg.PauseRate
-	inApp := cfg.Fencing && cfg.FenceInApp
-	if paused {
-		s.add(cPauses, 1)
-		if !inApp {
-			wk.sleep(cfg.PauseLength) // frozen: no renewal, then wakes up believing it still owns the ids
+	pause := noPause
+	if cfg.PauseRate > 0 && (wk.rng.Float64() < cfg.PauseRate || staged) {
+		pause = pauseFor
+		if staged {
+			pause = pauseTillSuperseded
 		}
+		s.add(cPauses, 1)
+	}
+	inApp := cfg.Fencing && cfg.FenceInApp
+	if !inApp {
+		wk.freeze(ctx, cfg, leases, pause) // no renewal, then wakes up believing it still owns the ids
 	}
 	leases = wk.work(ctx, cfg, leases)
 	if wk.stopping() || (cfg.FailRate > 0 && wk.rng.Float64() < cfg.FailRate) {
@@ -616,10 +629,14 @@ func (wk *worker) cycle(ctx context.Context, n int) (crashed bool) {
 	if cfg.ClockSkew > 0 {
 		leases = wk.byLocalClock(ctx, cfg, leases)
 	}
-	if cfg.TransferRate > 0 && wk.rng.Float64() < cfg.TransferRate {
+	if cfg.TransferRate > 0 && (wk.rng.Float64() < cfg.TransferRate || staged && pause == noPause) {
 		wk.transfer(ctx, cfg, leases, n)
 	} else {
-		wk.commit(ctx, cfg, leases, n, paused && inApp)
+		afterCheck := noPause
+		if inApp {
+			afterCheck = pause
+		}
+		wk.commit(ctx, cfg, leases, n, afterCheck, staged && pause == noPause)
 	}
 	s.observe(&s.cycle, time.Since(start))
 	s.add(cCycles, 1)
@@ -681,7 +698,10 @@ func (wk *worker) release(ctx context.Context, leases []engine.Lease) {
 	}
 }
 
-func (wk *worker) commit(ctx context.Context, cfg *Config, leases []engine.Lease, cycle int, pauseAfterCheck bool) {
+// commit commits the leases, pausing between the application's token check
+// and the write as afterCheck says (FenceInApp); with ackLost, the answer
+// of the first commit is lost for certain (AckLoss).
+func (wk *worker) commit(ctx context.Context, cfg *Config, leases []engine.Lease, cycle int, afterCheck pause, ackLost bool) {
 	s := wk.shard
 	reqID := func(l engine.Lease) string { return fmt.Sprintf("%s-%d-%d", wk.name, cycle, l.ID) }
 	if cfg.BatchCommit && cfg.Fencing && !cfg.FenceInApp && cfg.AckLoss == 0 && len(leases) > 1 {
@@ -710,12 +730,14 @@ func (wk *worker) commit(ctx context.Context, cfg *Config, leases []engine.Lease
 		return
 	}
 	for _, l := range leases {
-		res, err := wk.commitOne(ctx, cfg, l, wk.name, reqID(l), pauseAfterCheck)
+		res, err := wk.commitOne(ctx, cfg, l, wk.name, reqID(l), afterCheck)
 		if unknownOutcome(err) {
 			res, err = wk.resolveCommit(ctx, cfg, l, reqID(l), err)
 		}
 		wk.countCommit(err, res.PriorEffects)
-		if err != nil || res.Replayed || cfg.AckLoss == 0 || wk.rng.Float64() >= cfg.AckLoss {
+		lost := ackLost
+		ackLost = false
+		if err != nil || res.Replayed || cfg.AckLoss == 0 || (wk.rng.Float64() >= cfg.AckLoss && !lost) {
 			continue
 		}
 		// The effect is written but the answer is lost: the worker is told
@@ -726,7 +748,7 @@ func (wk *worker) commit(ctx context.Context, cfg *Config, leases []engine.Lease
 		if !cfg.StableRequestID {
 			retryID += "-retry"
 		}
-		res, err = wk.commitOne(ctx, cfg, l, wk.name, retryID, false)
+		res, err = wk.commitOne(ctx, cfg, l, wk.name, retryID, noPause)
 		switch {
 		case err == nil && res.Replayed:
 			s.add(cReplayed, 1)
@@ -757,7 +779,7 @@ func (wk *worker) resolveCommit(ctx context.Context, cfg *Config, l engine.Lease
 	for try := 0; unknownOutcome(err) && try < 8; try++ {
 		s.add(cAckLost, 1)
 		wk.sleep(wk.backoff(err))
-		if res, err = wk.commitOne(ctx, cfg, l, wk.name, reqID, false); err == nil && res.Replayed {
+		if res, err = wk.commitOne(ctx, cfg, l, wk.name, reqID, noPause); err == nil && res.Replayed {
 			s.add(cReplayed, 1)
 		}
 	}
