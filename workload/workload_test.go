@@ -205,7 +205,9 @@ func TestChaosStagesItsStory(t *testing.T) {
 		{"pause-no-fencing", func(c *workload.Config) { c.PauseRate = rare },
 			func(s workload.Summary) bool { return s.Pauses == 1 && s.DoubleFinalizations == 1 }},
 		{"pause-with-fencing", func(c *workload.Config) { c.PauseRate = rare },
-			func(s workload.Summary) bool { return s.Pauses == 1 && s.FencedRejections == 1 && s.DoubleFinalizations == 0 }},
+			func(s workload.Summary) bool {
+				return s.Pauses == 1 && s.FencedRejections == 1 && s.DoubleFinalizations == 0
+			}},
 		{"fence-in-app", func(c *workload.Config) { c.PauseRate = rare },
 			func(s workload.Summary) bool { return s.Pauses == 1 && s.DoubleFinalizations == 1 }},
 		{"crash-with-lease", func(c *workload.Config) { c.CrashRate = rare },
@@ -214,7 +216,9 @@ func TestChaosStagesItsStory(t *testing.T) {
 			func(s workload.Summary) bool { return s.Transferred == 1 && s.OldHolderRejections == 1 }},
 		// The cure at half time stages a lost answer again, with a stable id.
 		{"lost-ack", func(c *workload.Config) { c.AckLoss = rare },
-			func(s workload.Summary) bool { return s.DuplicatesFreshID == 1 && s.Replayed == 1 && s.DuplicatesStableID == 0 }},
+			func(s workload.Summary) bool {
+				return s.DuplicatesFreshID == 1 && s.Replayed == 1 && s.DuplicatesStableID == 0
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := chaosWith(t, tc.name, time.Second, tc.rare)
