@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -122,11 +124,14 @@ type FaultSummary struct {
 	// ZombieCommitsRejected counts the commits that processes resumed from
 	// a pause tried with the leases they held when frozen, and the fence
 	// rejected.
-	ZombieCommitsRejected int64              `json:"zombie_commits_rejected"`
-	Recovered             bool               `json:"recovered"` // every live process cycled again after the last fault
-	Audit                 engine.AuditReport `json:"audit"`
-	History               HistoryCheck       `json:"history"`
-	Violations            []string           `json:"violations"`
+	ZombieCommitsRejected int64 `json:"zombie_commits_rejected"`
+	// ZombieOthersRejected counts their other operations on those leases
+	// (a release, a renewal), rejected by the fence too.
+	ZombieOthersRejected int64              `json:"zombie_others_rejected"`
+	Recovered            bool               `json:"recovered"` // every live process cycled again after the last fault
+	Audit                engine.AuditReport `json:"audit"`
+	History              HistoryCheck       `json:"history"`
+	Violations           []string           `json:"violations"`
 }
 
 // OK reports whether the campaign found no violation.
@@ -137,10 +142,10 @@ type child struct {
 	history string
 	cmd     *exec.Cmd
 	done    chan struct{}
-	// stopped and resumed frame its last pause (zero if never): its
-	// commits rejected from then to a lease after it are a zombie's, made
-	// with the leases it held when frozen.
-	stopped, resumed time.Time
+	// zombie holds the leases (id, token) it held when frozen by a pause
+	// and that were taken back from it before it was resumed: whatever it
+	// does with them after is a zombie's, and the fence must refuse it.
+	zombie map[[2]int64]bool
 }
 
 // Run runs the campaign and audits the pool after it.
@@ -381,12 +386,18 @@ WHERE application_name = 'pooltop-work' AND random() < 0.5`).Scan(&cut)
 		if err != nil {
 			return sum, fmt.Errorf("read the history of %s: %w", k.name, err)
 		}
-		if !k.resumed.IsZero() {
-			for _, op := range h {
-				if op.Kind == "commit" && op.Outcome == engine.OutcomeRejected &&
-					op.Call >= k.stopped.UnixNano() && op.Call <= k.resumed.Add(cfg.TTL).UnixNano() {
-					sum.ZombieCommitsRejected++
-				}
+		for _, op := range h {
+			if !k.zombie[[2]int64{op.ID, op.Token}] || op.Kind == "acquire" || op.Kind == "reap" {
+				continue
+			}
+			switch {
+			case op.Outcome == engine.OutcomeRejected && op.Kind == "commit":
+				sum.ZombieCommitsRejected++
+			case op.Outcome == engine.OutcomeRejected:
+				sum.ZombieOthersRejected++
+			case op.Outcome == engine.OutcomeOK:
+				sum.Violations = append(sum.Violations, fmt.Sprintf("%s, resumed from a pause, was allowed to %s id %d with the lease (token %d) taken back from it while it was frozen",
+					k.name, op.Kind, op.ID, op.Token))
 			}
 		}
 		ops = append(ops, h...)
@@ -472,7 +483,6 @@ ON a.pid = t.pid AND a.query_start = t.start AND a.state = 'active'`, pids, star
 			return 0, 0, nil // it has just exited: nothing to pause
 		}
 		t0 = time.Now()
-		k.stopped = t0
 		settle()
 		// Read again, frozen: what it holds now is what it wakes up
 		// believing it still holds.
@@ -493,17 +503,72 @@ ON a.pid = t.pid AND a.query_start = t.start AND a.state = 'active'`, pids, star
 		ids[i], tokens[i] = l.id, l.token
 	}
 	_ = waitFor(ctx, 3*cfg.TTL+2*cfg.ReaperInterval+cfg.ReaperGrace+time.Second, func() bool {
-		var still int
-		err := c.Pool.QueryRow(ctx, `SELECT count(*) FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
-JOIN resource_pool r ON r.id = t.id AND r.lease_token = t.token AND r.status = 'PENDING'`, ids, tokens).Scan(&still)
-		return err == nil && still == 0 && time.Since(t0) > cfg.TTL
+		still, err := engine.New(c.Pool).StillHeld(ctx, ids, tokens)
+		return err == nil && len(still) == 0 && time.Since(t0) > cfg.TTL
 	})
-	err := k.cmd.Process.Signal(syscall.SIGCONT)
-	k.resumed = time.Now()
+	// The leases taken back while it was frozen (their token raised by the
+	// reaper; not those its last commit, landing after the stop, consumed)
+	// are a zombie's from now on.
+	var zombie [][2]int64
+	rows, err := c.Pool.Query(ctx, `SELECT t.id, t.token FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
+JOIN resource_pool r ON r.id = t.id AND r.lease_token > t.token`, ids, tokens)
+	if err == nil {
+		zombie, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]int64, error) {
+			var z [2]int64
+			return z, r.Scan(&z[0], &z[1])
+		})
+	}
 	if err != nil {
+		_ = k.cmd.Process.Signal(syscall.SIGCONT)
+		return 0, 0, fmt.Errorf("pause: read the leases taken back from %s: %w", k.name, err)
+	}
+	if k.zombie == nil {
+		k.zombie = map[[2]int64]bool{}
+	}
+	for _, z := range zombie {
+		k.zombie[z] = true
+	}
+	var from int64
+	if fi, err := os.Stat(k.history); err == nil {
+		from = fi.Size()
+	}
+	if err := k.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		return len(held), time.Since(t0), fmt.Errorf("pause: SIGCONT %s: %w", k.name, err)
 	}
-	return len(held), time.Since(t0), nil
+	d := time.Since(t0)
+	// The campaign goes on once the zombie has answered for every such
+	// lease (committed, released or renewed it, and been told no), so that
+	// the next fault or the drain does not overtake what it does on waking.
+	_ = waitFor(ctx, 30*time.Second, func() bool { return answeredAll(k.history, from, zombie) })
+	return len(held), d, nil
+}
+
+// answeredAll reports whether the history file, from offset from on, holds
+// an answered operation on each of the leases.
+func answeredAll(path string, from int64, leases [][2]int64) bool {
+	if len(leases) == 0 {
+		return true
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return false
+	}
+	ops, err := ReadHistory(f)
+	if err != nil {
+		return false
+	}
+	for _, l := range leases {
+		if !slices.ContainsFunc(ops, func(op engine.HistoryOp) bool {
+			return op.ID == l[0] && op.Token == l[1] && op.Outcome != "" && op.Kind != "acquire"
+		}) {
+			return false
+		}
+	}
+	return true
 }
 
 // liveKids are the processes that have not exited.

@@ -314,7 +314,7 @@ func (o *chaosOptions) runFaults(ctx context.Context, g *globals) error {
 		}
 		fmt.Fprintf(tw, "faults\t%s\nprocesses started\t%d\ncommitted\t%d\nreclaimed\t%d\n", strings.Join(kinds, ", "), sum.Processes, sum.Committed, sum.Reclaimed)
 		if sum.Faults[string(workload.FaultPause)] > 0 {
-			fmt.Fprintf(tw, "zombie commits rejected\t%d (by processes resumed from a pause, on the leases they held)\n", sum.ZombieCommitsRejected)
+			fmt.Fprintf(tw, "zombie commits rejected\t%d, other operations %d (by processes resumed from a pause, on the leases taken back from them)\n", sum.ZombieCommitsRejected, sum.ZombieOthersRejected)
 		}
 		if sum.AcksLost != nil {
 			fmt.Fprintf(tw, "commits cut\t%d after the server ran them, %d before\n", sum.AcksLost["delivered"], sum.AcksLost["dropped"])
