@@ -26,7 +26,8 @@ type Setting struct{ Name, Value string }
 // parameters. There the pool is "scoped": each statement goes out in one
 // pipeline behind set_config(name, value, true) of every setting, so the
 // settings hold for exactly that transaction on whichever server connection
-// runs it; a transaction (Begin) sets them first thing. Nothing else is
+// runs it; a transaction (Begin) sets them with SET LOCAL in the exchange
+// that begins it, which takes no snapshot (see Begin). Nothing else is
 // assumed to outlive a transaction: statements are neither prepared by name
 // nor described ahead, and a cancelled context drops the connection instead
 // of sending a cancel request (which PgBouncer 1.18 can crash on).
@@ -36,6 +37,9 @@ type Pool struct {
 	reason  string // why the pool is scoped, for doctor and the logs
 	setSQL  string // SELECT set_config($1, $2, true), … ; "" when not scoped
 	setArgs []any
+	// beginSQL begins a scoped transaction under the settings:
+	// "BEGIN; SET LOCAL …; …", one simple query.
+	beginSQL string
 }
 
 // ErrPooler marks what cannot be done through a transaction-pooling proxy.
@@ -115,30 +119,42 @@ func newScopedPool(ctx context.Context, cfg *pgxpool.Config, o PoolOptions, reas
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
 	p := &Pool{scoped: true, reason: reason}
-	var sql strings.Builder
+	var sql, begin strings.Builder
 	sql.WriteString("SELECT ")
+	begin.WriteString("BEGIN")
 	n := 0
-	add := func(name, value string) {
+	add := func(name, value string) error {
 		if n > 0 {
 			sql.WriteString(", ")
 		}
 		fmt.Fprintf(&sql, "set_config($%d, $%d, true)", 2*n+1, 2*n+2)
 		p.setArgs = append(p.setArgs, name, value)
 		n++
+		set, err := setLocal(name, value)
+		if err != nil {
+			return err
+		}
+		begin.WriteString("; ")
+		begin.WriteString(set)
+		return nil
 	}
 	for _, s := range settings {
 		if s.Name == "application_name" {
 			continue
 		}
-		add(s.Name, s.Value)
+		if err := add(s.Name, s.Value); err != nil {
+			return nil, err
+		}
 		// default_transaction_read_only set inside a transaction applies to
 		// the next one; this transaction is made read-only by its own flag.
 		if s.Name == "default_transaction_read_only" && s.Value == "on" {
-			add("transaction_read_only", "on")
+			if err := add("transaction_read_only", "on"); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if n > 0 {
-		p.setSQL = sql.String()
+		p.setSQL, p.beginSQL = sql.String(), begin.String()
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, scfg)
 	if err != nil {
@@ -195,6 +211,102 @@ func PoolerConnConfig(cc *pgx.ConnConfig) *pgx.ConnConfig {
 // WrapPool uses a pool built elsewhere as is (its settings already in its
 // sessions), for tests and for code handed a *pgxpool.Pool.
 func WrapPool(pool *pgxpool.Pool) *Pool { return &Pool{pool: pool} }
+
+// setLocal is SET LOCAL of name to value, value as set_config takes it.
+// SET quotes each element of a list setting's value (search_path) as an
+// identifier, so such a value is given element by element, each by its
+// name.
+func setLocal(name, value string) (string, error) {
+	var ident pgx.Identifier
+	for part := range strings.SplitSeq(name, ".") {
+		ident = append(ident, part)
+	}
+	var values []string
+	switch strings.ToLower(name) {
+	case "search_path", "temp_tablespaces":
+		elems, err := splitIdentifiers(value)
+		if err == nil && len(elems) == 0 {
+			err = errors.New("no name")
+		}
+		if err != nil {
+			return "", fmt.Errorf("setting %s = %q: %w: write a list of names", name, value, err)
+		}
+		for _, e := range elems {
+			values = append(values, quoteLiteral(e))
+		}
+	default:
+		values = []string{quoteLiteral(value)}
+	}
+	return "SET LOCAL " + ident.Sanitize() + " TO " + strings.Join(values, ", "), nil
+}
+
+// quoteLiteral is s as an escape string constant (E'…'), which reads the
+// same whatever standard_conforming_strings is.
+func quoteLiteral(s string) string {
+	s = strings.ReplaceAll(s, `\`, `\\`)
+	return "E'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// splitIdentifiers splits a list of names as PostgreSQL reads a list
+// setting's value: comma-separated, an unquoted name folded to lower case,
+// a double-quoted one taken as written ("" for a quote).
+func splitIdentifiers(s string) ([]string, error) {
+	var out []string
+	rest := strings.TrimLeft(s, " \t\n\r")
+	if rest == "" {
+		return nil, nil
+	}
+	for {
+		var name string
+		if strings.HasPrefix(rest, `"`) {
+			var b strings.Builder
+			i := 1
+			for {
+				j := strings.IndexByte(rest[i:], '"')
+				if j < 0 {
+					return nil, errors.New("unterminated quoted name")
+				}
+				b.WriteString(rest[i : i+j])
+				i += j + 1
+				if !strings.HasPrefix(rest[i:], `"`) {
+					break
+				}
+				b.WriteByte('"')
+				i++
+			}
+			name, rest = b.String(), rest[i:]
+		} else {
+			end := strings.IndexAny(rest, ", \t\n\r")
+			if end < 0 {
+				end = len(rest)
+			}
+			name, rest = lowerASCII(rest[:end]), rest[end:]
+		}
+		if name == "" {
+			return nil, errors.New("empty name")
+		}
+		out = append(out, name)
+		rest = strings.TrimLeft(rest, " \t\n\r")
+		if rest == "" {
+			return out, nil
+		}
+		if rest[0] != ',' {
+			return nil, errors.New("names must be separated by commas")
+		}
+		rest = strings.TrimLeft(rest[1:], " \t\n\r")
+	}
+}
+
+// lowerASCII folds A-Z to a-z, as PostgreSQL folds an unquoted name in
+// UTF-8 (other letters are left as they are).
+func lowerASCII(s string) string {
+	return strings.Map(func(r rune) rune {
+		if 'A' <= r && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}, s)
+}
 
 // refusedStartupParameter tells a pooler's refusal of a startup parameter
 // (PgBouncer: "unsupported startup parameter: lock_timeout", SQLSTATE 08P01).
@@ -268,6 +380,11 @@ func withoutMode(args []any) []any {
 	return args
 }
 
+// scope is sql behind the settings, in one pipeline (one implicit
+// transaction). set_config is a SELECT and takes the pipeline's snapshot,
+// a moment before sql would: nothing runs between them, and a statement
+// that must come before the snapshot (LOCK, SET TRANSACTION) has no use
+// outside a transaction block (Begin).
 func (p *Pool) scope(sql string, args []any) *pgx.Batch {
 	b := &pgx.Batch{}
 	b.Queue(p.setSQL, p.setArgs...)
@@ -320,17 +437,19 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return &scopedRow{rows: rows, err: err}
 }
 
-// Begin opens a transaction under the pool's settings.
+// Begin opens a transaction under the pool's settings. Scoped, it sends
+// BEGIN and the settings as SET LOCAL in one simple query: statements that
+// take no snapshot, so the transaction's snapshot is that of its first
+// statement, as straight to PostgreSQL. Its isolation level can still be
+// set (SET TRANSACTION ISOLATION LEVEL fails with 25001 once a query has
+// run), and a LOCK before its first read is taken before its snapshot (a
+// REPEATABLE READ transaction that locked, then read, would otherwise miss
+// what was committed while it waited for the lock).
 func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := p.pool.Begin(ctx)
-	if err != nil || p.setSQL == "" {
-		return tx, err
+	if p.beginSQL == "" {
+		return p.pool.Begin(ctx)
 	}
-	if _, err := tx.Exec(ctx, p.setSQL, p.setArgs...); err != nil {
-		_ = tx.Rollback(context.Background())
-		return nil, err
-	}
-	return tx, nil
+	return p.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: p.beginSQL})
 }
 
 // SendBatch sends a batch as one pipeline (one implicit transaction), under
