@@ -28,9 +28,11 @@ type Setting struct{ Name, Value string }
 // settings hold for exactly that transaction on whichever server connection
 // runs it; a transaction (Begin) sets them with SET LOCAL in the exchange
 // that begins it, which takes no snapshot (see Begin). Nothing else is
-// assumed to outlive a transaction: statements are neither prepared by name
-// nor described ahead, and a cancelled context drops the connection instead
-// of sending a cancel request (which PgBouncer 1.18 can crash on).
+// assumed to outlive a transaction: statements are not prepared by name,
+// a statement described ahead of its batch (PoolOptions.QualifiedNames) is
+// described inside the transaction that runs it, and a cancelled context
+// drops the connection instead of sending a cancel request (which
+// PgBouncer 1.18 can crash on).
 type Pool struct {
 	pool    *pgxpool.Pool
 	scoped  bool
@@ -40,6 +42,10 @@ type Pool struct {
 	// beginSQL begins a scoped transaction under the settings:
 	// "BEGIN; SET LOCAL …; …", one simple query.
 	beginSQL string
+	// describes: pgx describes each new statement ahead of its batch, in
+	// an exchange of its own (QueryExecModeCacheDescribe), so every
+	// statement runs in a transaction begun with beginSQL (see sendInTx).
+	describes bool
 }
 
 // ErrPooler marks what cannot be done through a transaction-pooling proxy.
@@ -50,9 +56,10 @@ type PoolOptions struct {
 	// Settings are the server settings every statement runs under.
 	Settings []Setting
 	// QualifiedNames: every statement names its tables with their schema,
-	// so a scoped pool may describe a statement ahead of its batch (where the
-	// settings, search_path among them, do not hold yet). Its results then
-	// come back in binary, which composite values need.
+	// so a scoped pool may describe a statement ahead of its batch. Its
+	// results then come back in binary, which composite values need; the
+	// price behind a pooler is one round trip more per statement or batch,
+	// which runs in a transaction of its own (see sendInTx).
 	QualifiedNames bool
 }
 
@@ -108,9 +115,11 @@ func newScopedPool(ctx context.Context, cfg *pgxpool.Config, o PoolOptions, reas
 	cc := scfg.ConnConfig
 	// No statement prepared by name (the next transaction may run on
 	// another server connection, which has never seen it), nor described
-	// ahead of its batch: a description is an exchange of its own, without
-	// the settings (the schema), so each statement is parsed in its batch,
-	// after them, and its results come back as text.
+	// ahead of its batch: a description is an exchange of its own, before
+	// the set_config of the batch, so each statement is parsed in its
+	// batch, after them, and its results come back as text. A pool whose
+	// statements are described (QualifiedNames) runs each in a transaction
+	// begun with the settings, where its description is made too.
 	cc.DefaultQueryExecMode = pgx.QueryExecModeExec
 	if o.QualifiedNames {
 		cc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
@@ -155,6 +164,7 @@ func newScopedPool(ctx context.Context, cfg *pgxpool.Config, o PoolOptions, reas
 	}
 	if n > 0 {
 		p.setSQL, p.beginSQL = sql.String(), begin.String()
+		p.describes = cc.DefaultQueryExecMode == pgx.QueryExecModeCacheDescribe
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, scfg)
 	if err != nil {
@@ -380,15 +390,91 @@ func withoutMode(args []any) []any {
 	return args
 }
 
-// scope is sql behind the settings, in one pipeline (one implicit
-// transaction). set_config is a SELECT and takes the pipeline's snapshot,
-// a moment before sql would: nothing runs between them, and a statement
-// that must come before the snapshot (LOCK, SET TRANSACTION) has no use
-// outside a transaction block (Begin).
-func (p *Pool) scope(sql string, args []any) *pgx.Batch {
+// send sends b under the settings and returns its results, those of the
+// settings already read. Through set_config, b goes in one pipeline (one
+// implicit transaction) behind it. set_config is a SELECT and takes the
+// pipeline's snapshot, a moment before b's first statement would: nothing
+// runs between them, and a statement that must come before the snapshot
+// (LOCK, SET TRANSACTION) has no use outside a transaction block (Begin).
+func (p *Pool) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if p.describes {
+		return p.sendInTx(ctx, b)
+	}
+	scoped := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(b.QueuedQueries)+1)}
+	scoped.Queue(p.setSQL, p.setArgs...)
+	scoped.QueuedQueries = append(scoped.QueuedQueries, withoutModes(b)...)
+	br := p.pool.SendBatch(ctx, scoped)
+	if _, err := br.Exec(); err != nil {
+		return &failedBatch{br: br, err: err}
+	}
+	return br
+}
+
+// sendInTx sends b in a transaction begun with the settings (beginSQL, a
+// round trip), with COMMIT queued at its end. pgx describes a statement it
+// has not described on the connection in an exchange of its own before
+// the batch: outside a transaction that exchange would run without the
+// settings, and its parse, which locks the tables the statement reads,
+// would wait on a lock with neither lock_timeout nor statement_timeout.
+func (p *Pool) sendInTx(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return &failedBatch{err: err}
+	}
+	if _, err := conn.Exec(ctx, p.beginSQL); err != nil {
+		endTx(ctx, conn)
+		return &failedBatch{err: err}
+	}
+	tb := &pgx.Batch{QueuedQueries: withoutModes(b)}
+	tb.Queue("COMMIT")
+	return &txBatch{BatchResults: conn.SendBatch(ctx, tb), conn: conn, ctx: ctx}
+}
+
+// withoutModes is b's statements without a leading pgx.QueryExecMode
+// argument (see withoutMode).
+func withoutModes(b *pgx.Batch) []*pgx.QueuedQuery {
+	qs := make([]*pgx.QueuedQuery, 0, len(b.QueuedQueries)+1)
+	for _, q := range b.QueuedQueries {
+		nq := *q
+		nq.Arguments = withoutMode(q.Arguments)
+		qs = append(qs, &nq)
+	}
+	return qs
+}
+
+// endTx rolls back what is left of sendInTx's transaction (a statement
+// failed before the COMMIT) and releases the connection; one that cannot
+// roll back is closed by the pool on release.
+func endTx(ctx context.Context, conn *pgxpool.Conn) {
+	if pc := conn.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() != 'I' {
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+	}
+	conn.Release()
+}
+
+// txBatch is sendInTx's results: closing them reads the COMMIT's, ends
+// the transaction and frees the connection.
+type txBatch struct {
+	pgx.BatchResults
+	conn   *pgxpool.Conn
+	ctx    context.Context
+	closed bool
+}
+
+func (b *txBatch) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	err := b.BatchResults.Close()
+	endTx(b.ctx, b.conn)
+	return err
+}
+
+// batchOf is a batch of one statement.
+func batchOf(sql string, args []any) *pgx.Batch {
 	b := &pgx.Batch{}
-	b.Queue(p.setSQL, p.setArgs...)
-	b.Queue(sql, withoutMode(args)...)
+	b.Queue(sql, args...)
 	return b
 }
 
@@ -397,11 +483,7 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 	if p.setSQL == "" {
 		return p.pool.Exec(ctx, sql, args...)
 	}
-	br := p.pool.SendBatch(ctx, p.scope(sql, args))
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return pgconn.CommandTag{}, err
-	}
+	br := p.send(ctx, batchOf(sql, args))
 	tag, err := br.Exec()
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -415,11 +497,7 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 	if p.setSQL == "" {
 		return p.pool.Query(ctx, sql, args...)
 	}
-	br := p.pool.SendBatch(ctx, p.scope(sql, args))
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return nil, err
-	}
+	br := p.send(ctx, batchOf(sql, args))
 	rows, err := br.Query()
 	if err != nil {
 		_ = br.Close()
@@ -452,24 +530,14 @@ func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
 	return p.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: p.beginSQL})
 }
 
-// SendBatch sends a batch as one pipeline (one implicit transaction), under
-// the pool's settings.
+// SendBatch sends a batch under the pool's settings, as one pipeline (one
+// implicit transaction; scoped with described statements, one
+// transaction).
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if p.setSQL == "" {
 		return p.pool.SendBatch(ctx, b)
 	}
-	scoped := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(b.QueuedQueries)+1)}
-	scoped.Queue(p.setSQL, p.setArgs...)
-	for _, q := range b.QueuedQueries {
-		nq := *q
-		nq.Arguments = withoutMode(q.Arguments)
-		scoped.QueuedQueries = append(scoped.QueuedQueries, &nq)
-	}
-	br := p.pool.SendBatch(ctx, scoped)
-	if _, err := br.Exec(); err != nil {
-		return &failedBatch{br: br, err: err}
-	}
-	return br
+	return p.send(ctx, b)
 }
 
 // batchRows are a scoped statement's rows: closing them ends the batch and
@@ -541,6 +609,8 @@ func (f *failedBatch) Query() (pgx.Rows, error)         { return nil, f.err }
 func (f *failedBatch) QueryRow() pgx.Row                { return &scopedRow{err: f.err} }
 func (f *failedBatch) Tx() pgx.Tx                       { return nil }
 func (f *failedBatch) Close() error {
-	_ = f.br.Close()
+	if f.br != nil {
+		_ = f.br.Close()
+	}
 	return f.err
 }

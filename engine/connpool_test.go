@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgbouncer"
@@ -399,5 +400,59 @@ func TestSetLocalMatchesSetConfig(t *testing.T) {
 		if viaSet != viaConfig {
 			t.Errorf("%s = %q: %s gives %q, set_config %q", s.Name, s.Value, set, viaSet, viaConfig)
 		}
+	}
+}
+
+// A scoped pool whose statements are described ahead (QualifiedNames, the
+// collector's) describes each new statement in an exchange before its
+// batch, and the description parses the statement, which locks the tables
+// it reads: under another session's ACCESS EXCLUSIVE lock, the statement,
+// alone or in a batch, ends with the pool's lock_timeout instead of waiting
+// as long as the lock is held. Afterwards the pool goes on.
+func TestDescribedStatementsUnderLockTimeoutThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	schema := pgtest.MigratedSchema(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.Bouncer(t, "transaction"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := engine.NewPool(ctx, cfg, engine.PoolOptions{QualifiedNames: true, Settings: []engine.Setting{
+		{Name: "lock_timeout", Value: "100"}, {Name: "statement_timeout", Value: "5000"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if scoped, _ := pool.Scoped(); !scoped {
+		t.Fatal("a pool through PgBouncer is not scoped")
+	}
+	peer := pgtest.PeerTx(t, ctx, schema)
+	if _, err := peer.Exec(ctx, "LOCK TABLE resource_pool IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	table := pgx.Identifier{schema, "resource_pool"}.Sanitize()
+	// Far above both timeouts: a statement that reaches this deadline
+	// waited on the lock without them.
+	wait, stop := context.WithTimeout(ctx, 15*time.Second)
+	defer stop()
+	var n int
+	err = pool.QueryRow(wait, "SELECT count(*) FROM "+table).Scan(&n)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("a described statement under another session's ACCESS EXCLUSIVE lock: %v; want a lock timeout (55P03)", err)
+	}
+	b := &pgx.Batch{}
+	b.Queue("SELECT 1")
+	b.Queue("SELECT max(id) FROM " + table)
+	if err := pool.SendBatch(wait, b).Close(); !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("a described batch under the lock: %v; want a lock timeout (55P03)", err)
+	}
+	if err := peer.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("once the lock is gone: %d rows, %v", n, err)
 	}
 }
