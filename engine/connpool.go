@@ -105,6 +105,22 @@ func NewPool(ctx context.Context, cfg *pgxpool.Config, o PoolOptions) (*Pool, er
 }
 
 func newScopedPool(ctx context.Context, cfg *pgxpool.Config, o PoolOptions, reason string) (*Pool, error) {
+	p, err := scopedPool(cfg, o, reason)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.pool.Ping(ctx); err != nil {
+		p.pool.Close()
+		return nil, ConnectError(p.pool.Config().ConnConfig, err)
+	}
+	return p, nil
+}
+
+// scopedPool is a scoped pool (see Pool) on cfg under o.Settings, reason
+// saying why it is scoped, whatever the server side is. It connects on
+// first use (cfg.MinConns aside), so it serves a server that does not
+// answer yet as well.
+func scopedPool(cfg *pgxpool.Config, o PoolOptions, reason string) (*Pool, error) {
 	settings := o.Settings
 	scfg := cfg.Copy()
 	for _, s := range settings {
@@ -166,12 +182,8 @@ func newScopedPool(ctx context.Context, cfg *pgxpool.Config, o PoolOptions, reas
 		p.setSQL, p.beginSQL = sql.String(), begin.String()
 		p.describes = cc.DefaultQueryExecMode == pgx.QueryExecModeCacheDescribe
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, scfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), scfg)
 	if err != nil {
-		return nil, ConnectError(cc, err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
 		return nil, ConnectError(cc, err)
 	}
 	p.pool = pool

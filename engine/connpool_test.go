@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/faultproxy"
 	"github.com/pooltop-dev/pooltop/internal/pgbouncer"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 	"github.com/pooltop-dev/pooltop/migrations"
@@ -454,5 +456,83 @@ func TestDescribedStatementsUnderLockTimeoutThroughPgBouncer(t *testing.T) {
 	}
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("once the lock is gone: %d rows, %v", n, err)
+	}
+}
+
+// A server that does not answer at the start (a server of a pool over
+// several) is reached later through ConnectLater. Behind PgBouncer its
+// connections, opened once it answers, must carry the settings inside
+// their transactions as any other's: sent as startup parameters they are
+// refused (08P01, and the server looks down for good) or, with
+// ignore_startup_parameters, dropped, and the reset's LOCK waits without
+// a lock_timeout. Straight to PostgreSQL the same pool works as well.
+func TestConnectLaterThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		bouncer bool
+		ignore  []string
+	}{
+		{"refusing-parameters", true, nil},
+		{"ignoring-parameters", true, []string{"lock_timeout", "statement_timeout", "search_path"}},
+		{"direct", false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			schema := pgtest.MigratedSchema(t)
+			server := pgtest.DSN()
+			if tc.bouncer {
+				server = pgtest.Bouncer(t, "transaction", tc.ignore...)
+			}
+			u, err := url.Parse(server)
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy, err := faultproxy.New(u.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = proxy.Close() }()
+			u.Host = proxy.Addr()
+			opts := engine.ConnOptions{DSN: u.String(), Schema: schema, MaxConns: 4, LockTimeout: 250 * time.Millisecond}
+
+			proxy.Down()
+			if _, err := engine.Connect(ctx, opts); !engine.Unreachable(err) {
+				t.Fatalf("connect while the server is down: %v; want it unreachable", err)
+			}
+			pool, err := engine.ConnectLater(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			proxy.Up()
+
+			var sp, lt string
+			if err := pool.QueryRow(ctx, "SELECT current_setting('search_path'), current_setting('lock_timeout')").Scan(&sp, &lt); err != nil {
+				t.Fatalf("the server, up again: %v", err)
+			}
+			if want := (pgx.Identifier{schema}).Sanitize(); sp != want && sp != schema || lt != "250ms" {
+				t.Fatalf("a statement on the server reached later ran with search_path %q, lock_timeout %q: the settings did not travel", sp, lt)
+			}
+			eng := engine.New(pool)
+			if n, err := eng.Seed(ctx, 10); err != nil || n != 10 {
+				t.Fatalf("seed on the server reached later: %d, %v", n, err)
+			}
+			// A peer holds a row: the reset's LOCK waits for it, and ends
+			// at the lock timeout, well before this deadline.
+			peer := pgtest.PeerTx(t, ctx, schema)
+			if _, err := peer.Exec(ctx, "SELECT id FROM resource_pool WHERE id = 1 FOR UPDATE"); err != nil {
+				t.Fatal(err)
+			}
+			wait, stop := context.WithTimeout(ctx, 15*time.Second)
+			defer stop()
+			err = eng.ResetPool(wait, "")
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+				t.Fatalf("reset while a peer holds a row, on the server reached later: %v; want a lock timeout (55P03)", err)
+			}
+		})
 	}
 }
