@@ -1,8 +1,10 @@
 package collector_test
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -40,5 +42,31 @@ func TestCollectorThroughPgBouncer(t *testing.T) {
 		if !errors.As(err, &pgErr) || pgErr.Code != "25006" {
 			t.Fatalf("write %d through watch's pool behind PgBouncer: %v, want a read-only transaction (25006)", i, err)
 		}
+	}
+}
+
+// Through PgBouncer the collector describes each new statement ahead of
+// its batch (its results come back in binary), and that description parses
+// the statement, which takes the table's lock: a poll under an ACCESS
+// EXCLUSIVE lock held by another session must end with the collector's
+// lock_timeout (100 ms) instead of waiting on the lock as long as it lasts.
+func TestCollectorLockTimeoutThroughPgBouncer(t *testing.T) {
+	b := setup(t, 100)
+	c := b.collector(t, collector.Config{DSN: pgtest.Bouncer(t, "transaction")})
+	if scoped, _ := collector.DBPool(c).Scoped(); !scoped {
+		t.Fatal("the collector's pool through PgBouncer is not scoped")
+	}
+	peer := pgtest.PeerTx(t, b.ctx, b.schema)
+	if _, err := peer.Exec(b.ctx, "LOCK TABLE resource_pool IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	// Far above lock_timeout and statement_timeout (2 s): a poll that
+	// reaches this deadline waited on the lock without either.
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	_, err := c.Poll(ctx)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("poll under another session's ACCESS EXCLUSIVE lock through PgBouncer: %v; want a lock timeout (SQLSTATE 55P03)", err)
 	}
 }

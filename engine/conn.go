@@ -134,23 +134,19 @@ func Connect(ctx context.Context, opts ConnOptions) (*Pool, error) {
 
 // ConnectLater opens a pool on a server that does not answer now, to be
 // reached when it does (a server of a pool over several that is down at
-// the start): its connections are made on first use, with pooltop's
-// settings as startup parameters (a server reached this way is taken to
-// be PostgreSQL itself, not a pooler).
+// the start): its connections are made on first use. Nothing tells yet
+// whether a pooler stands in front of the server, and a pooler refuses
+// pooltop's settings as startup parameters (the server would look down
+// for good) or drops them (no timeouts, another schema): the pool is
+// scoped, its settings inside every transaction, which PostgreSQL itself
+// takes as well, at the cost of a set_config per statement.
 func ConnectLater(opts ConnOptions) (*Pool, error) {
 	cfg, settings, err := poolConfig(opts)
 	if err != nil {
 		return nil, err
 	}
 	cfg.MinConns = 0
-	for _, s := range settings {
-		cfg.ConnConfig.RuntimeParams[s.Name] = s.Value
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		return nil, ConnectError(cfg.ConnConfig, err)
-	}
-	return &Pool{pool: pool}, nil
+	return scopedPool(cfg, PoolOptions{Settings: settings}, "the server did not answer at the start, so whether a pooler stands in front of it is not known")
 }
 
 // ConnectError rewrites a connection failure as "what, why, what to do",

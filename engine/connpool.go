@@ -26,16 +26,26 @@ type Setting struct{ Name, Value string }
 // parameters. There the pool is "scoped": each statement goes out in one
 // pipeline behind set_config(name, value, true) of every setting, so the
 // settings hold for exactly that transaction on whichever server connection
-// runs it; a transaction (Begin) sets them first thing. Nothing else is
-// assumed to outlive a transaction: statements are neither prepared by name
-// nor described ahead, and a cancelled context drops the connection instead
-// of sending a cancel request (which PgBouncer 1.18 can crash on).
+// runs it; a transaction (Begin) sets them with SET LOCAL in the exchange
+// that begins it, which takes no snapshot (see Begin). Nothing else is
+// assumed to outlive a transaction: statements are not prepared by name,
+// a statement described ahead of its batch (PoolOptions.QualifiedNames) is
+// described inside the transaction that runs it, and a cancelled context
+// drops the connection instead of sending a cancel request (which
+// PgBouncer 1.18 can crash on).
 type Pool struct {
 	pool    *pgxpool.Pool
 	scoped  bool
 	reason  string // why the pool is scoped, for doctor and the logs
 	setSQL  string // SELECT set_config($1, $2, true), … ; "" when not scoped
 	setArgs []any
+	// beginSQL begins a scoped transaction under the settings:
+	// "BEGIN; SET LOCAL …; …", one simple query.
+	beginSQL string
+	// describes: pgx describes each new statement ahead of its batch, in
+	// an exchange of its own (QueryExecModeCacheDescribe), so every
+	// statement runs in a transaction begun with beginSQL (see sendInTx).
+	describes bool
 }
 
 // ErrPooler marks what cannot be done through a transaction-pooling proxy.
@@ -46,9 +56,10 @@ type PoolOptions struct {
 	// Settings are the server settings every statement runs under.
 	Settings []Setting
 	// QualifiedNames: every statement names its tables with their schema,
-	// so a scoped pool may describe a statement ahead of its batch (where the
-	// settings, search_path among them, do not hold yet). Its results then
-	// come back in binary, which composite values need.
+	// so a scoped pool may describe a statement ahead of its batch. Its
+	// results then come back in binary, which composite values need; the
+	// price behind a pooler is one round trip more per statement or batch,
+	// which runs in a transaction of its own (see sendInTx).
 	QualifiedNames bool
 }
 
@@ -94,6 +105,22 @@ func NewPool(ctx context.Context, cfg *pgxpool.Config, o PoolOptions) (*Pool, er
 }
 
 func newScopedPool(ctx context.Context, cfg *pgxpool.Config, o PoolOptions, reason string) (*Pool, error) {
+	p, err := scopedPool(cfg, o, reason)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.pool.Ping(ctx); err != nil {
+		p.pool.Close()
+		return nil, ConnectError(p.pool.Config().ConnConfig, err)
+	}
+	return p, nil
+}
+
+// scopedPool is a scoped pool (see Pool) on cfg under o.Settings, reason
+// saying why it is scoped, whatever the server side is. It connects on
+// first use (cfg.MinConns aside), so it serves a server that does not
+// answer yet as well.
+func scopedPool(cfg *pgxpool.Config, o PoolOptions, reason string) (*Pool, error) {
 	settings := o.Settings
 	scfg := cfg.Copy()
 	for _, s := range settings {
@@ -104,9 +131,11 @@ func newScopedPool(ctx context.Context, cfg *pgxpool.Config, o PoolOptions, reas
 	cc := scfg.ConnConfig
 	// No statement prepared by name (the next transaction may run on
 	// another server connection, which has never seen it), nor described
-	// ahead of its batch: a description is an exchange of its own, without
-	// the settings (the schema), so each statement is parsed in its batch,
-	// after them, and its results come back as text.
+	// ahead of its batch: a description is an exchange of its own, before
+	// the set_config of the batch, so each statement is parsed in its
+	// batch, after them, and its results come back as text. A pool whose
+	// statements are described (QualifiedNames) runs each in a transaction
+	// begun with the settings, where its description is made too.
 	cc.DefaultQueryExecMode = pgx.QueryExecModeExec
 	if o.QualifiedNames {
 		cc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
@@ -115,37 +144,46 @@ func newScopedPool(ctx context.Context, cfg *pgxpool.Config, o PoolOptions, reas
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
 	p := &Pool{scoped: true, reason: reason}
-	var sql strings.Builder
+	var sql, begin strings.Builder
 	sql.WriteString("SELECT ")
+	begin.WriteString("BEGIN")
 	n := 0
-	add := func(name, value string) {
+	add := func(name, value string) error {
 		if n > 0 {
 			sql.WriteString(", ")
 		}
 		fmt.Fprintf(&sql, "set_config($%d, $%d, true)", 2*n+1, 2*n+2)
 		p.setArgs = append(p.setArgs, name, value)
 		n++
+		set, err := setLocal(name, value)
+		if err != nil {
+			return err
+		}
+		begin.WriteString("; ")
+		begin.WriteString(set)
+		return nil
 	}
 	for _, s := range settings {
 		if s.Name == "application_name" {
 			continue
 		}
-		add(s.Name, s.Value)
+		if err := add(s.Name, s.Value); err != nil {
+			return nil, err
+		}
 		// default_transaction_read_only set inside a transaction applies to
 		// the next one; this transaction is made read-only by its own flag.
 		if s.Name == "default_transaction_read_only" && s.Value == "on" {
-			add("transaction_read_only", "on")
+			if err := add("transaction_read_only", "on"); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if n > 0 {
-		p.setSQL = sql.String()
+		p.setSQL, p.beginSQL = sql.String(), begin.String()
+		p.describes = cc.DefaultQueryExecMode == pgx.QueryExecModeCacheDescribe
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, scfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), scfg)
 	if err != nil {
-		return nil, ConnectError(cc, err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
 		return nil, ConnectError(cc, err)
 	}
 	p.pool = pool
@@ -195,6 +233,102 @@ func PoolerConnConfig(cc *pgx.ConnConfig) *pgx.ConnConfig {
 // WrapPool uses a pool built elsewhere as is (its settings already in its
 // sessions), for tests and for code handed a *pgxpool.Pool.
 func WrapPool(pool *pgxpool.Pool) *Pool { return &Pool{pool: pool} }
+
+// setLocal is SET LOCAL of name to value, value as set_config takes it.
+// SET quotes each element of a list setting's value (search_path) as an
+// identifier, so such a value is given element by element, each by its
+// name.
+func setLocal(name, value string) (string, error) {
+	var ident pgx.Identifier
+	for part := range strings.SplitSeq(name, ".") {
+		ident = append(ident, part)
+	}
+	var values []string
+	switch strings.ToLower(name) {
+	case "search_path", "temp_tablespaces":
+		elems, err := splitIdentifiers(value)
+		if err == nil && len(elems) == 0 {
+			err = errors.New("no name")
+		}
+		if err != nil {
+			return "", fmt.Errorf("setting %s = %q: %w: write a list of names", name, value, err)
+		}
+		for _, e := range elems {
+			values = append(values, quoteLiteral(e))
+		}
+	default:
+		values = []string{quoteLiteral(value)}
+	}
+	return "SET LOCAL " + ident.Sanitize() + " TO " + strings.Join(values, ", "), nil
+}
+
+// quoteLiteral is s as an escape string constant (E'…'), which reads the
+// same whatever standard_conforming_strings is.
+func quoteLiteral(s string) string {
+	s = strings.ReplaceAll(s, `\`, `\\`)
+	return "E'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// splitIdentifiers splits a list of names as PostgreSQL reads a list
+// setting's value: comma-separated, an unquoted name folded to lower case,
+// a double-quoted one taken as written ("" for a quote).
+func splitIdentifiers(s string) ([]string, error) {
+	var out []string
+	rest := strings.TrimLeft(s, " \t\n\r")
+	if rest == "" {
+		return nil, nil
+	}
+	for {
+		var name string
+		if strings.HasPrefix(rest, `"`) {
+			var b strings.Builder
+			i := 1
+			for {
+				j := strings.IndexByte(rest[i:], '"')
+				if j < 0 {
+					return nil, errors.New("unterminated quoted name")
+				}
+				b.WriteString(rest[i : i+j])
+				i += j + 1
+				if !strings.HasPrefix(rest[i:], `"`) {
+					break
+				}
+				b.WriteByte('"')
+				i++
+			}
+			name, rest = b.String(), rest[i:]
+		} else {
+			end := strings.IndexAny(rest, ", \t\n\r")
+			if end < 0 {
+				end = len(rest)
+			}
+			name, rest = lowerASCII(rest[:end]), rest[end:]
+		}
+		if name == "" {
+			return nil, errors.New("empty name")
+		}
+		out = append(out, name)
+		rest = strings.TrimLeft(rest, " \t\n\r")
+		if rest == "" {
+			return out, nil
+		}
+		if rest[0] != ',' {
+			return nil, errors.New("names must be separated by commas")
+		}
+		rest = strings.TrimLeft(rest[1:], " \t\n\r")
+	}
+}
+
+// lowerASCII folds A-Z to a-z, as PostgreSQL folds an unquoted name in
+// UTF-8 (other letters are left as they are).
+func lowerASCII(s string) string {
+	return strings.Map(func(r rune) rune {
+		if 'A' <= r && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}, s)
+}
 
 // refusedStartupParameter tells a pooler's refusal of a startup parameter
 // (PgBouncer: "unsupported startup parameter: lock_timeout", SQLSTATE 08P01).
@@ -268,10 +402,91 @@ func withoutMode(args []any) []any {
 	return args
 }
 
-func (p *Pool) scope(sql string, args []any) *pgx.Batch {
+// send sends b under the settings and returns its results, those of the
+// settings already read. Through set_config, b goes in one pipeline (one
+// implicit transaction) behind it. set_config is a SELECT and takes the
+// pipeline's snapshot, a moment before b's first statement would: nothing
+// runs between them, and a statement that must come before the snapshot
+// (LOCK, SET TRANSACTION) has no use outside a transaction block (Begin).
+func (p *Pool) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if p.describes {
+		return p.sendInTx(ctx, b)
+	}
+	scoped := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(b.QueuedQueries)+1)}
+	scoped.Queue(p.setSQL, p.setArgs...)
+	scoped.QueuedQueries = append(scoped.QueuedQueries, withoutModes(b)...)
+	br := p.pool.SendBatch(ctx, scoped)
+	if _, err := br.Exec(); err != nil {
+		return &failedBatch{br: br, err: err}
+	}
+	return br
+}
+
+// sendInTx sends b in a transaction begun with the settings (beginSQL, a
+// round trip), with COMMIT queued at its end. pgx describes a statement it
+// has not described on the connection in an exchange of its own before
+// the batch: outside a transaction that exchange would run without the
+// settings, and its parse, which locks the tables the statement reads,
+// would wait on a lock with neither lock_timeout nor statement_timeout.
+func (p *Pool) sendInTx(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return &failedBatch{err: err}
+	}
+	if _, err := conn.Exec(ctx, p.beginSQL); err != nil {
+		endTx(ctx, conn)
+		return &failedBatch{err: err}
+	}
+	tb := &pgx.Batch{QueuedQueries: withoutModes(b)}
+	tb.Queue("COMMIT")
+	return &txBatch{BatchResults: conn.SendBatch(ctx, tb), conn: conn, ctx: ctx}
+}
+
+// withoutModes is b's statements without a leading pgx.QueryExecMode
+// argument (see withoutMode).
+func withoutModes(b *pgx.Batch) []*pgx.QueuedQuery {
+	qs := make([]*pgx.QueuedQuery, 0, len(b.QueuedQueries)+1)
+	for _, q := range b.QueuedQueries {
+		nq := *q
+		nq.Arguments = withoutMode(q.Arguments)
+		qs = append(qs, &nq)
+	}
+	return qs
+}
+
+// endTx rolls back what is left of sendInTx's transaction (a statement
+// failed before the COMMIT) and releases the connection; one that cannot
+// roll back is closed by the pool on release.
+func endTx(ctx context.Context, conn *pgxpool.Conn) {
+	if pc := conn.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() != 'I' {
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+	}
+	conn.Release()
+}
+
+// txBatch is sendInTx's results: closing them reads the COMMIT's, ends
+// the transaction and frees the connection.
+type txBatch struct {
+	pgx.BatchResults
+	conn   *pgxpool.Conn
+	ctx    context.Context
+	closed bool
+}
+
+func (b *txBatch) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	err := b.BatchResults.Close()
+	endTx(b.ctx, b.conn)
+	return err
+}
+
+// batchOf is a batch of one statement.
+func batchOf(sql string, args []any) *pgx.Batch {
 	b := &pgx.Batch{}
-	b.Queue(p.setSQL, p.setArgs...)
-	b.Queue(sql, withoutMode(args)...)
+	b.Queue(sql, args...)
 	return b
 }
 
@@ -280,11 +495,7 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 	if p.setSQL == "" {
 		return p.pool.Exec(ctx, sql, args...)
 	}
-	br := p.pool.SendBatch(ctx, p.scope(sql, args))
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return pgconn.CommandTag{}, err
-	}
+	br := p.send(ctx, batchOf(sql, args))
 	tag, err := br.Exec()
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -298,11 +509,7 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 	if p.setSQL == "" {
 		return p.pool.Query(ctx, sql, args...)
 	}
-	br := p.pool.SendBatch(ctx, p.scope(sql, args))
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return nil, err
-	}
+	br := p.send(ctx, batchOf(sql, args))
 	rows, err := br.Query()
 	if err != nil {
 		_ = br.Close()
@@ -320,37 +527,29 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return &scopedRow{rows: rows, err: err}
 }
 
-// Begin opens a transaction under the pool's settings.
+// Begin opens a transaction under the pool's settings. Scoped, it sends
+// BEGIN and the settings as SET LOCAL in one simple query: statements that
+// take no snapshot, so the transaction's snapshot is that of its first
+// statement, as straight to PostgreSQL. Its isolation level can still be
+// set (SET TRANSACTION ISOLATION LEVEL fails with 25001 once a query has
+// run), and a LOCK before its first read is taken before its snapshot (a
+// REPEATABLE READ transaction that locked, then read, would otherwise miss
+// what was committed while it waited for the lock).
 func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := p.pool.Begin(ctx)
-	if err != nil || p.setSQL == "" {
-		return tx, err
+	if p.beginSQL == "" {
+		return p.pool.Begin(ctx)
 	}
-	if _, err := tx.Exec(ctx, p.setSQL, p.setArgs...); err != nil {
-		_ = tx.Rollback(context.Background())
-		return nil, err
-	}
-	return tx, nil
+	return p.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: p.beginSQL})
 }
 
-// SendBatch sends a batch as one pipeline (one implicit transaction), under
-// the pool's settings.
+// SendBatch sends a batch under the pool's settings, as one pipeline (one
+// implicit transaction; scoped with described statements, one
+// transaction).
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if p.setSQL == "" {
 		return p.pool.SendBatch(ctx, b)
 	}
-	scoped := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(b.QueuedQueries)+1)}
-	scoped.Queue(p.setSQL, p.setArgs...)
-	for _, q := range b.QueuedQueries {
-		nq := *q
-		nq.Arguments = withoutMode(q.Arguments)
-		scoped.QueuedQueries = append(scoped.QueuedQueries, &nq)
-	}
-	br := p.pool.SendBatch(ctx, scoped)
-	if _, err := br.Exec(); err != nil {
-		return &failedBatch{br: br, err: err}
-	}
-	return br
+	return p.send(ctx, b)
 }
 
 // batchRows are a scoped statement's rows: closing them ends the batch and
@@ -422,6 +621,8 @@ func (f *failedBatch) Query() (pgx.Rows, error)         { return nil, f.err }
 func (f *failedBatch) QueryRow() pgx.Row                { return &scopedRow{err: f.err} }
 func (f *failedBatch) Tx() pgx.Tx                       { return nil }
 func (f *failedBatch) Close() error {
-	_ = f.br.Close()
+	if f.br != nil {
+		_ = f.br.Close()
+	}
 	return f.err
 }

@@ -84,6 +84,42 @@ func TestResetRefusedWhileOthersHoldThePool(t *testing.T) {
 	}
 }
 
+// A row claimed without a lease (NoLease: PENDING, no expiry) is held for
+// as long as its holder lives, since nothing reclaims it: the reset is
+// refused as for a live lease, naming the holder and saying how to free
+// its ids, and the pool is kept. The caller's own such rows do not hold it
+// back.
+func TestResetRefusedWhileRowsAreHeldWithoutALease(t *testing.T) {
+	ctx, db := pgtest.Setup(t, 100, pgtest.Options{})
+	eng := db.Engine
+	const ours = "0123abcd"
+
+	if _, err := eng.LeaseAcquire(ctx, &engine.LeaseAcquireParams{Holder: "bob", NoLease: true, N: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.LeaseAcquire(ctx, &engine.LeaseAcquireParams{Holder: "w0-" + ours, NoLease: true, N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	err := eng.ResetPool(ctx, ours)
+	if !errors.Is(err, engine.ErrResetRefused) || !strings.Contains(err.Error(), `"bob"`) || !strings.Contains(err.Error(), "without a lease") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("reset while bob holds 2 ids without a lease: %v; want one line refusing, naming bob's rows held without a lease", err)
+	}
+	if n := poolRows(t, ctx, db.Schema); n != 100 {
+		t.Fatalf("after the refusal the pool has %d rows, want its 100", n)
+	}
+
+	// Once bob's ids are released, only our own row is held: the reset goes.
+	if _, err := eng.ReleaseHolder(ctx, engine.ReleaseHolderParams{Holder: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.ResetPool(ctx, ours); err != nil {
+		t.Fatalf("reset with only our own row held without a lease: %v", err)
+	}
+	if n := poolRows(t, ctx, db.Schema); n != 0 {
+		t.Fatalf("after the reset the pool has %d rows, want 0", n)
+	}
+}
+
 // takeAll leases every free id to holder (a partitioned pool's claim takes
 // from one partition at a time) and fails unless that makes want leases.
 func takeAll(t *testing.T, ctx context.Context, eng *engine.Engine, holder string, want int) []engine.Lease {

@@ -1,5 +1,6 @@
 // Package faultproxy is a TCP proxy on loopback between PostgreSQL clients
-// and their server that injects the network's faults on demand: a
+// and their server that injects the network's faults on demand: a server
+// that is down (every connection cut, each new one closed at once), a
 // partition (every connection stalls, both ways, for a while: longer than a
 // lease, the holder's commit arrives after its lease has passed) and a lost
 // acknowledgement (the connection is cut around the next commit, either
@@ -37,6 +38,7 @@ type Proxy struct {
 	until   time.Time     // a partition lasts until then
 	healed  chan struct{} // closed when the partition ends
 	cut     *cutOrder     // the next commit's fate, nil for none
+	down    bool          // new connections are closed at once
 	stopped bool
 
 	// Cuts counts the commits cut, by whether the server executed them.
@@ -84,6 +86,28 @@ func (p *Proxy) Close() error {
 	err := p.ln.Close()
 	p.wg.Wait()
 	return err
+}
+
+// Down makes the proxy a server that is not running: it cuts every
+// connection and closes each new one at once, until Up.
+func (p *Proxy) Down() {
+	p.mu.Lock()
+	p.down = true
+	conns := make([]*pconn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+}
+
+// Up ends Down: new connections reach the target again.
+func (p *Proxy) Up() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
 }
 
 // Partition stalls every connection, both ways, for d: bytes wait in the
@@ -159,6 +183,13 @@ func (p *Proxy) accept() {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		p.mu.Lock()
+		down := p.down
+		p.mu.Unlock()
+		if down {
+			_ = c.Close()
+			continue
 		}
 		p.wait()
 		s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
