@@ -774,11 +774,13 @@ func TestAFailedPollBacksOff(t *testing.T) {
 	if _, err := c.Poll(b.ctx); err == nil {
 		t.Fatal("a poll under an ACCESS EXCLUSIVE lock did not fail")
 	}
+	// Whatever the first poll's paces were (they follow the machine's
+	// speed), the failed poll divides each, down to its floor.
 	w, p, s := collector.Paces(c)
-	// A first poll slowed by a loaded machine may already have brought the
-	// walk to its floor of 512 entries; then it stays there.
-	if w > walk || (walk > 512 && w >= walk) || w < 512 || p > max(per/2, 512) || (sweep > 1 && s >= sweep) {
-		t.Fatalf("after a failed poll: walk %d (was %d), recount pace %d (was %d), sweep %d chunks (was %d); want them lower", w, walk, p, per, s, sweep)
+	wlo, plo, slo := collector.PaceFloors(c)
+	if w != max(wlo, walk/4) || p != max(plo, per/2) || s != max(slo, sweep/2) {
+		t.Fatalf("after a failed poll: walk %d (was %d, floor %d), recount pace %d (was %d, floor %d), sweep %d chunks (was %d, floor %d); want a quarter, a half and a half",
+			w, walk, wlo, p, per, plo, s, sweep, slo)
 	}
 	if err := tx.Rollback(b.ctx); err != nil {
 		t.Fatal(err)

@@ -26,6 +26,11 @@ func Paces(c *Collector) (walk, per, sweep int64) {
 	return c.pending.walk.n, c.pending.per.n, c.unused.per.n
 }
 
+// PaceFloors returns the least each of Paces can fall to.
+func PaceFloors(c *Collector) (walk, per, sweep int64) {
+	return c.pending.walk.lo, c.pending.per.lo, c.unused.per.lo
+}
+
 // LastWalk returns how many PENDING index entries c's last walk read, and
 // the server time it took by c's measure.
 func LastWalk(c *Collector) (int64, float64) { return c.pending.walked, c.pending.walkMS }
