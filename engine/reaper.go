@@ -69,12 +69,14 @@ WITH expired AS MATERIALIZED (
     WHERE r.id = expired.id AND r.status = 'PENDING'
       AND r.leased_until < coalesce($1::timestamptz, clock_timestamp()) - $2::bigint * interval '1 microsecond'
     RETURNING r.id, expired.leased_until
+), reached AS (
+    SELECT CASE WHEN count(*) < %[1]d THEN 'infinity'::timestamptz ELSE max(leased_until) END AS upto FROM expired
 ), held AS (
     SELECT p.id FROM resource_pool AS p
     WHERE p.status = 'PENDING' AND p.lease_token < 9223372036854775807
       AND p.leased_until < coalesce($1::timestamptz, statement_timestamp()) - $2::bigint * interval '1 microsecond'
+      AND p.leased_until <= (SELECT upto FROM reached)
       AND NOT EXISTS (SELECT FROM expired WHERE expired.id = p.id)
-      AND ((SELECT count(*) FROM expired) < %[1]d OR p.leased_until <= (SELECT max(leased_until) FROM expired))
     ORDER BY p.leased_until
     LIMIT %[1]d
 )
