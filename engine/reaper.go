@@ -189,13 +189,16 @@ type ReaperStats struct {
 	// that came later. A lease is late only while nothing holds its row.
 	MaxLag   time.Duration
 	MaxBatch time.Duration // longest single reap statement
-	// MaxGap is the longest time from the start of one reap statement to
-	// the end of the next that succeeded. A lease that expires (past its
-	// grace) just after one statement looked, or that one statement found
-	// held, is reclaimed by the next unless its row is held again, so
-	// MaxLag stays within Grace + MaxGap unless a pass stopped at
-	// MaxBatches. It holds whatever delayed the reaper: its interval, a
-	// CPU it waited for, a server that was away.
+	// MaxGap is the longest time from the start of a reap statement that
+	// took every expired lease it saw (its batch not full), or from the
+	// reaper's making, to the end of a statement that succeeded before the
+	// next such one. With no backlog that is the time between two
+	// statements; with one, the time the reaper took to work through it.
+	// A lease that expires (past its grace) after such a statement looked,
+	// or that a statement found held, is reclaimed by the next such
+	// statement at the latest unless its row is held again, so MaxLag
+	// stays within Grace + MaxGap. It holds whatever delayed the reaper:
+	// its interval, a CPU it waited for, a server that was away, a backlog.
 	MaxGap    time.Duration
 	LastError error
 }
@@ -210,9 +213,10 @@ type Reaper struct {
 	cfg     atomic.Pointer[ReaperConfig]
 
 	passes, reclaimed, held, errs, maxLag, maxBatch, maxGap atomic.Int64
-	// lastStart[i] is when the last statement that succeeded on engines[i]
-	// started, on the monotonic clock since epoch (0: none yet).
-	lastStart []atomic.Int64
+	// caughtUp[i] is when the last statement on engines[i] that took every
+	// expired lease it saw (a batch not full) started, on the monotonic
+	// clock since epoch; at first, when the reaper was made.
+	caughtUp []atomic.Int64
 	// heldAt[i] holds, for the leases of engines[i] found held, when.
 	heldAt  []heldLeases
 	lastErr atomic.Pointer[error]
@@ -226,7 +230,10 @@ func (e *Engine) NewReaper(cfg ReaperConfig) (*Reaper, error) {
 }
 
 func newReaper(engines []*Engine, cfg ReaperConfig) (*Reaper, error) {
-	r := &Reaper{engines: engines, lastStart: make([]atomic.Int64, len(engines)), heldAt: make([]heldLeases, len(engines))}
+	r := &Reaper{engines: engines, caughtUp: make([]atomic.Int64, len(engines)), heldAt: make([]heldLeases, len(engines))}
+	for i := range r.caughtUp {
+		r.caughtUp[i].Store(int64(time.Since(epoch)))
+	}
 	if err := r.SetConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -256,7 +263,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	r.passes.Add(1)
 	var first error
 	for i, e := range r.engines {
-		n, err := r.reapOne(ctx, cfg, e, &r.lastStart[i], &r.heldAt[i])
+		n, err := r.reapOne(ctx, cfg, e, &r.caughtUp[i], &r.heldAt[i])
 		total += n
 		if err != nil && first == nil {
 			first = err
@@ -268,7 +275,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (int, error) {
 	return total, first
 }
 
-func (r *Reaper) reapOne(ctx context.Context, cfg ReaperConfig, e *Engine, lastStart *atomic.Int64, held *heldLeases) (int, error) {
+func (r *Reaper) reapOne(ctx context.Context, cfg ReaperConfig, e *Engine, caughtUp *atomic.Int64, held *heldLeases) (int, error) {
 	total := 0
 	for i := 0; i < cfg.MaxBatches; i++ {
 		start := time.Since(epoch)
@@ -282,8 +289,9 @@ func (r *Reaper) reapOne(ctx context.Context, cfg ReaperConfig, e *Engine, lastS
 			}
 			return total, err
 		}
-		if prev := lastStart.Swap(int64(start)); prev != 0 {
-			storeMax(&r.maxGap, int64(end)-prev)
+		storeMax(&r.maxGap, int64(end)-caughtUp.Load())
+		if res.Reclaimed < cfg.Batch {
+			caughtUp.Store(int64(start))
 		}
 		total += res.Reclaimed
 		r.reclaimed.Add(int64(res.Reclaimed))
