@@ -685,9 +685,13 @@ func TestClaimStatementsFromPgStatStatements(t *testing.T) {
 func TestClaimStatementsOfAPoolWithAnotherName(t *testing.T) {
 	b := setup(t, 200)
 	b.statStatements(t)
-	b.exec(t, `CREATE TABLE slot_pool (LIKE resource_pool INCLUDING ALL)`)
-	b.exec(t, `INSERT INTO slot_pool SELECT * FROM resource_pool`)
-	c := b.collector(t, collector.Config{Table: b.schema + ".slot_pool"})
+	// A name of its own: pg_stat_statements is the server's, and another
+	// run's statements on a slot_pool of the same text would be found
+	// first and kept for the hour.
+	slot := pgtest.UniqueName("slot_pool_")
+	b.exec(t, `CREATE TABLE `+slot+` (LIKE resource_pool INCLUDING ALL)`)
+	b.exec(t, `INSERT INTO `+slot+` SELECT * FROM resource_pool`)
+	c := b.collector(t, collector.Config{Table: b.schema + "." + slot})
 	claims := func(table string, n int) { b.skipLockedClaims(t, table, n) }
 	reading := func() *collector.ClaimStats { return claimReading(t, b.ctx, c) }
 	// The texts are read again only in an hour, but while no claim
@@ -696,15 +700,15 @@ func TestClaimStatementsOfAPoolWithAnotherName(t *testing.T) {
 	collector.SetStatementsLearnEvery(c, time.Hour)
 	claims("resource_pool", 10)
 	reading() // the first reading: no claim on slot_pool yet
-	claims("slot_pool", 10)
+	claims(slot, 10)
 	reading() // finds it; the rates start afresh
 	claims("resource_pool", 300)
 	if cs := reading(); cs == nil || cs.CallsPerS != 0 {
-		t.Fatalf("claims on another table only: %+v; want 0 calls/s on slot_pool", cs)
+		t.Fatalf("claims on another table only: %+v; want 0 calls/s on %s", cs, slot)
 	}
-	claims("slot_pool", 50)
+	claims(slot, 50)
 	if cs := reading(); cs == nil || cs.CallsPerS <= 0 {
-		t.Fatalf("claims on slot_pool: %+v; want them counted", cs)
+		t.Fatalf("claims on %s: %+v; want them counted", slot, cs)
 	}
 }
 
