@@ -223,8 +223,10 @@ type Collector struct {
 	burnSamples int
 	alerts      map[string]*alertState
 	lastTotal   int64 // the pool's rows at the last poll: small pools are counted whole (exactRows)
-	// lastTotalKnown: lastTotal was counted, not estimated (see exactSmall).
-	lastTotalKnown bool
+	// rowsCounted: the pool's rows were counted at a poll (a whole count,
+	// or a pass of the total): from then on lastTotal decides whether a
+	// poll counts the pool whole (see exactSmall).
+	rowsCounted bool
 	// rows estimates the pool's rows until they are counted.
 	rows         rowEstimate
 	lwHighSince  time.Time // since when the LWLock waiters' mean has been at the threshold
@@ -792,7 +794,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	}
 	absorbExact(exactQ, counts, s.Partitions, c.t.leaves, c.t.leafNames)
 	c.lastTotal = counts.Total
-	c.lastTotalKnown = (exactQ != nil && exactQ.ok) || !totalFig.estimated
+	c.rowsCounted = c.rowsCounted || (exactQ != nil && exactQ.ok) || !totalFig.estimated
 	s.PollMS = float64(time.Since(start).Microseconds()) / 1000
 	if c.cfg.Workload != nil {
 		if _, err := c.cfg.Workload.RefreshLeaked(ctx); err != nil && !errors.Is(err, context.Canceled) {

@@ -19,11 +19,13 @@ const exactRows = 20_000
 
 // exactPages bounds the first poll's whole count, before the rows were
 // ever counted: the pool is counted whole when the estimate of its rows
-// (rowEstimate) is at most exactRows and its table, all partitions
+// (rowEstimate) is at most exactRows and a quarter (the statistics are
+// estimates too: VACUUM's skips pages it knows, and a 20,000-row pool
+// under claims can read a few dozen more), and its table, all partitions
 // together, at most this many pages by its files at start. A scan costs
 // its pages, and a small pool's pages that claims and commits filled with
 // dead versions hold few rows: 400 pages cost 5-8 ms warm, 7-11 ms on a
-// new backend.
+// new backend. From then on the count of the last poll decides.
 const exactPages = 400
 
 // exactQuery counts a small pool whole, and the UNUSED ids of each of its
@@ -35,14 +37,14 @@ type exactQuery struct {
 	parts                                                       map[uint32]int64
 }
 
-// exactSmall says whether this poll counts the pool whole: by the rows the
-// last poll counted, or, while no count of them is known yet, by the
+// exactSmall says whether this poll counts the pool whole: by the last
+// poll's rows once they were ever counted, and before that by the
 // estimate of the rows and the size of the table at start.
 func (c *Collector) exactSmall() bool {
-	if c.lastTotalKnown {
+	if c.rowsCounted {
 		return c.lastTotal <= exactRows
 	}
-	return c.t.tablePages <= exactPages && (!c.rows.ok || c.rows.last <= exactRows)
+	return c.t.tablePages <= exactPages && (!c.rows.ok || c.rows.last <= exactRows+exactRows/4)
 }
 
 // queueExact adds the whole count to b when the pool is small and has the
