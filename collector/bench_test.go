@@ -905,3 +905,93 @@ func TestOverheadOfCancelsADrift(t *testing.T) {
 		t.Fatalf("median overhead %.6f%%; want 5%%", median)
 	}
 }
+
+// BenchmarkExactCount measures the statement that counts a small pool
+// whole (exact.go) on each shape of firstShapes and each size: the server
+// CPU of its first run on a new backend (median of 5) and of a warm run
+// (median of 20), from the backend's /proc/PID/schedstat, which the load
+// of the machine does not inflate, on a session set as the collector's
+// (no JIT, no parallel workers, generic plans). The pools are the shapes'
+// (interleaved states: 3 in 10 CONSUMED, 1 PENDING), vacuumed.
+// POOLTOP_BENCH_EXACT_ROWS lists the sizes (default 10000,20000,40000,80000).
+//
+//	go test -run '^$' -bench ExactCount -benchtime 1x ./collector/
+func BenchmarkExactCount(b *testing.B) {
+	sizes := []int{10_000, 20_000, 40_000, 80_000}
+	if env := os.Getenv("POOLTOP_BENCH_EXACT_ROWS"); env != "" {
+		sizes = nil
+		for _, f := range strings.Split(env, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				b.Fatalf("POOLTOP_BENCH_EXACT_ROWS: %v", err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	ctx := context.Background()
+	for _, sh := range firstShapes {
+		for _, rows := range sizes {
+			b.Run(fmt.Sprintf("%s-%d", sh.name, rows), func(b *testing.B) {
+				schema := sh.build(b, rows)
+				col := newCollector(b, ctx, collector.Config{Table: schema + ".resource_pool"})
+				sql, args := collector.ExactStatement(col)
+				cfg, err := pgx.ParseConfig(pgtest.DSN())
+				if err != nil {
+					b.Fatal(err)
+				}
+				for k, v := range map[string]string{"jit": "off", "max_parallel_workers_per_gather": "0", "plan_cache_mode": "force_generic_plan"} {
+					cfg.RuntimeParams[k] = v
+				}
+				cpu := func(conn *pgx.Conn) float64 {
+					raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", conn.PgConn().PID()))
+					if err != nil {
+						b.Fatalf("the backend's CPU time: %v (the benchmark reads it from /proc, on the machine of the test server)", err)
+					}
+					ns, _ := strconv.ParseFloat(strings.Fields(string(raw))[0], 64)
+					return ns / 1e6
+				}
+				run := func(conn *pgx.Conn) float64 {
+					before := cpu(conn)
+					rows, err := conn.Query(ctx, sql, args...)
+					if err != nil {
+						b.Fatal(err)
+					}
+					rows.Close()
+					if err := rows.Err(); err != nil {
+						b.Fatal(err)
+					}
+					return cpu(conn) - before
+				}
+				var first, warm []float64
+				for range b.N {
+					for i := 0; i < 5; i++ {
+						conn, err := pgx.ConnectConfig(ctx, cfg)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+							b.Fatal(err)
+						}
+						first = append(first, run(conn))
+						if i == 0 {
+							for j := 0; j < 20; j++ {
+								warm = append(warm, run(conn))
+							}
+						}
+						conn.Close(ctx)
+					}
+				}
+				var pages int64
+				if err := pgtest.Conn(b, schema).QueryRow(ctx, `SELECT (coalesce((SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree('resource_pool') WHERE isleaf),
+					pg_relation_size('resource_pool')) / current_setting('block_size')::bigint)::bigint`).Scan(&pages); err != nil {
+					b.Fatal(err)
+				}
+				sort.Float64s(first)
+				sort.Float64s(warm)
+				b.ReportMetric(float64(pages), "pages")
+				b.ReportMetric(first[len(first)/2], "first_cpu_ms")
+				b.ReportMetric(warm[len(warm)/2], "warm_cpu_ms")
+			})
+		}
+	}
+}

@@ -220,9 +220,15 @@ type Collector struct {
 	prev      *raw
 	burn      float64 // smoothed
 	// burnSamples counts the burn samples so far, for the warm-up.
-	burnSamples  int
-	alerts       map[string]*alertState
-	lastTotal    int64     // the pool's rows at the last poll: small pools are counted whole (exactRows)
+	burnSamples int
+	alerts      map[string]*alertState
+	lastTotal   int64 // the pool's rows at the last poll: small pools are counted whole (exactRows)
+	// rowsCounted: the pool's rows were counted at a poll (a whole count,
+	// or a pass of the total): from then on lastTotal decides whether a
+	// poll counts the pool whole (see exactSmall).
+	rowsCounted bool
+	// rows estimates the pool's rows until they are counted.
+	rows         rowEstimate
 	lwHighSince  time.Time // since when the LWLock waiters' mean has been at the threshold
 	noLeaseSince time.Time // since when PENDING ids without a lease have been held
 	lockRecent   []bool    // the last polls' longest lock wait over the threshold
@@ -490,6 +496,10 @@ FROM pg_index i WHERE i.indrelid = $1 AND i.indisvalid`, t.oid)
 			return err
 		}
 	}
+	if err := c.pool.QueryRow(ctx, sqlRowsEstimate, t.leaves).Scan(&c.rows.base, &c.rows.mark); err != nil {
+		return err
+	}
+	c.rows.last, c.rows.ok = c.rows.base, true
 	var ledger *uint32
 	if err := c.pool.QueryRow(ctx, `SELECT to_regclass($1)::oid`, pgx.Identifier{schema, "business_ledger"}.Sanitize()).Scan(&ledger); err != nil {
 		return err
@@ -677,7 +687,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	claimsQ.queue(b)
 	fleetQ := c.fleet.plan(c.t.fleet, c.byIndex() && c.t.hasHolder)
 	fleetQ.queue(b, c.t.fleet, c.t.qualified)
-	exactQ := c.queueExact(b, c.lastTotal)
+	exactQ := c.queueExact(b)
 	send := func(b *pgx.Batch) error {
 		if conn != nil {
 			return conn.SendBatch(ctx, b).Close()
@@ -730,12 +740,13 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 			(time.Duration(pendingFig.ageS)*time.Second).String(), c.t.qualified))
 	}
 	counts := &s.Pool
-	totalFig := totalFigures{total: s.LiveTuples, estimated: true}
+	estRows := c.rows.at(deref(s.insDel), s.insDel != nil, s.LiveTuples)
+	totalFig := totalFigures{total: estRows, estimated: true}
 	if totalQ != nil {
 		totalQ.insDel, totalQ.haveStat, totalQ.top = deref(s.insDel), s.insDel != nil, unusedQ.top
-		totalFig = c.total.absorb(totalQ, c.cfg.CountBudget, s.LiveTuples)
+		totalFig = c.total.absorb(totalQ, c.cfg.CountBudget, estRows)
 	} else if !c.t.idIndex {
-		s.Limits = append(s.Limits, fmt.Sprintf("no index on id: consumed is the statistics' live-tuple count less UNUSED and PENDING, an estimate; CREATE INDEX CONCURRENTLY ON %s (id)", c.t.qualified))
+		s.Limits = append(s.Limits, fmt.Sprintf("no index on id: consumed is the catalog's estimate of the rows less UNUSED and PENDING, an estimate; CREATE INDEX CONCURRENTLY ON %s (id)", c.t.qualified))
 	}
 	counts.Total, counts.totalShift = totalFig.total, totalFig.shift
 	unusedFig := c.unused.absorb(unusedQ, start, c.cfg.CountBudget, max(counts.Total-pendingFig.pending, 0))
@@ -781,8 +792,9 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	if totalFig.estimated || unusedFig.estimated || pendingFig.estimated {
 		counts.Estimated = append(counts.Estimated, "consumed")
 	}
-	absorbExact(exactQ, counts)
+	absorbExact(exactQ, counts, s.Partitions, c.t.leaves, c.t.leafNames)
 	c.lastTotal = counts.Total
+	c.rowsCounted = c.rowsCounted || (exactQ != nil && exactQ.ok) || !totalFig.estimated
 	s.PollMS = float64(time.Since(start).Microseconds()) / 1000
 	if c.cfg.Workload != nil {
 		if _, err := c.cfg.Workload.RefreshLeaked(ctx); err != nil && !errors.Is(err, context.Canceled) {

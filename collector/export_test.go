@@ -70,6 +70,10 @@ func Knockout(name string) (restore func()) {
 // ExactRows is the size up to which a pool is counted whole at every poll.
 const ExactRows = exactRows
 
+// ExactStatement returns the statement that counts c's pool whole, with
+// its arguments.
+func ExactStatement(c *Collector) (string, []any) { return c.exactStatement() }
+
 // CountsByRanges says whether c counts the PENDING rows without a lease by
 // ranges of the table, and how many of the ranges it has read.
 func CountsByRanges(c *Collector) (ranged bool, read, ranges int64) {

@@ -381,6 +381,7 @@ func (c *Collector) startPoll() int {
 	if c.rebuilt {
 		c.unused = unusedCounter{reanchor: c.unused.reanchor, seeks: c.unused.seeks}
 		c.total = totalCounter{}
+		c.rows.ok = false // the catalog's figure was the old pool's
 		c.pending = pendingCounter{}
 		c.census = census{byTID: c.census.byTID, parts: c.census.parts}
 		c.holders = holderSample{}

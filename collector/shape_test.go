@@ -24,6 +24,9 @@ type shape struct {
 	// interleaved mixes the states over the whole id range (a leak, states
 	// after reaping); otherwise ids are consumed in order from the lowest.
 	interleaved bool
+	// partitions: with ddl "", pooltop's migration with the pool
+	// hash-partitioned in this many partitions (migrate --partitions).
+	partitions int
 }
 
 var shapes = []shape{
@@ -54,27 +57,9 @@ CREATE INDEX idx_resource_pending_expiry ON resource_pool (leased_until) WHERE s
 // PENDING under live leases, the rest UNUSED.
 func (sh shape) build(tb testing.TB, rows int) string {
 	tb.Helper()
+	schema := sh.create(tb)
 	ctx := context.Background()
-	var schema string
-	if sh.ddl == "" {
-		schema = pgtest.MigratedSchema(tb)
-	} else {
-		schema = pgtest.Schema(tb)
-		if _, err := pgtest.Conn(tb, schema).Exec(ctx, sh.ddl); err != nil {
-			tb.Fatalf("%s: %v", sh.name, err)
-		}
-	}
-	status := fmt.Sprintf(`CASE WHEN g <= %[1]d * 3 / 10 THEN 'CONSUMED' WHEN g <= %[1]d * 3 / 10 + %[1]d / 1000 THEN 'PENDING' ELSE 'UNUSED' END`, rows)
-	lease := `CASE WHEN s = 'PENDING' THEN now() + interval '1 hour' END`
-	updated := `now()`
-	if sh.interleaved {
-		status = `CASE WHEN g % 10 < 3 THEN 'CONSUMED' WHEN g % 10 = 3 THEN 'PENDING' ELSE 'UNUSED' END`
-		// Leases taken one by one: each its own expiry, a microsecond apart.
-		lease = `CASE WHEN s <> 'PENDING' THEN NULL WHEN (g / 10) % 4 = 0 THEN now() - interval '1 hour' - g * interval '1 microsecond'
-                      WHEN (g / 10) % 4 = 1 THEN NULL WHEN (g / 10) % 4 = 2 THEN now() + interval '1 hour' - g * interval '1 microsecond'
-                      ELSE now() - interval '10 seconds' - g * interval '1 microsecond' END`
-		updated = `CASE WHEN s = 'PENDING' AND (g / 10) % 4 < 2 THEN now() - interval '2 hours' - g * interval '1 microsecond' ELSE now() END`
-	}
+	fill := sh.fill(rows)
 	// Filled on a connection closed before the VACUUM: a backend sends its
 	// table statistics when it goes idle or exits, and counts sent after
 	// the VACUUM would add the rows to the live-tuple count a second time.
@@ -87,13 +72,8 @@ func (sh shape) build(tb testing.TB, rows int) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for lo := 1; lo <= rows; lo += 1_000_000 {
-		hi := min(lo+999_999, rows)
-		_, err := conn.Exec(ctx, fmt.Sprintf(`
-INSERT INTO resource_pool (id, identifier, status, leased_until, lease_token, updated_at)
-SELECT g, 'res-' || g, s, %s, CASE WHEN s = 'UNUSED' THEN 0 ELSE 1 END, %s
-FROM (SELECT g, %s AS s FROM generate_series(%d::bigint, %d) AS g) AS x`, lease, updated, status, lo, hi))
-		if err != nil {
+	for _, sql := range fill {
+		if _, err := conn.Exec(ctx, sql); err != nil {
 			tb.Fatalf("%s: fill: %v", sh.name, err)
 		}
 	}
@@ -104,6 +84,46 @@ FROM (SELECT g, %s AS s FROM generate_series(%d::bigint, %d) AS g) AS x`, lease,
 		tb.Fatal(err)
 	}
 	return schema
+}
+
+// create makes the shape's empty table in a schema of the test's own and
+// returns the schema.
+func (sh shape) create(tb testing.TB) string {
+	tb.Helper()
+	var schema string
+	if sh.ddl == "" {
+		schema = pgtest.PartitionedSchema(tb, sh.partitions)
+	} else {
+		schema = pgtest.Schema(tb)
+		if _, err := pgtest.Conn(tb, schema).Exec(context.Background(), sh.ddl); err != nil {
+			tb.Fatalf("%s: %v", sh.name, err)
+		}
+	}
+	return schema
+}
+
+// fill is the statements that insert the shape's rows ids (see build).
+func (sh shape) fill(rows int) []string {
+	status := fmt.Sprintf(`CASE WHEN g <= %[1]d * 3 / 10 THEN 'CONSUMED' WHEN g <= %[1]d * 3 / 10 + %[1]d / 1000 THEN 'PENDING' ELSE 'UNUSED' END`, rows)
+	lease := `CASE WHEN s = 'PENDING' THEN now() + interval '1 hour' END`
+	updated := `now()`
+	if sh.interleaved {
+		status = `CASE WHEN g % 10 < 3 THEN 'CONSUMED' WHEN g % 10 = 3 THEN 'PENDING' ELSE 'UNUSED' END`
+		// Leases taken one by one: each its own expiry, a microsecond apart.
+		lease = `CASE WHEN s <> 'PENDING' THEN NULL WHEN (g / 10) % 4 = 0 THEN now() - interval '1 hour' - g * interval '1 microsecond'
+                      WHEN (g / 10) % 4 = 1 THEN NULL WHEN (g / 10) % 4 = 2 THEN now() + interval '1 hour' - g * interval '1 microsecond'
+                      ELSE now() - interval '10 seconds' - g * interval '1 microsecond' END`
+		updated = `CASE WHEN s = 'PENDING' AND (g / 10) % 4 < 2 THEN now() - interval '2 hours' - g * interval '1 microsecond' ELSE now() END`
+	}
+	var out []string
+	for lo := 1; lo <= rows; lo += 1_000_000 {
+		hi := min(lo+999_999, rows)
+		out = append(out, fmt.Sprintf(`
+INSERT INTO resource_pool (id, identifier, status, leased_until, lease_token, updated_at)
+SELECT g, 'res-' || g, s, %s, CASE WHEN s = 'UNUSED' THEN 0 ELSE 1 END, %s
+FROM (SELECT g, %s AS s FROM generate_series(%d::bigint, %d) AS g) AS x`, lease, updated, status, lo, hi))
+	}
+	return out
 }
 
 // truth is the exact count of every figure, by reading the whole table.
@@ -432,10 +452,11 @@ func TestConsumedExactWhenStatisticsDrift(t *testing.T) {
 	}
 }
 
-// A pool of at most exactRows rows is counted whole at every poll, from
-// the second on: no figure is marked estimated, each is the truth, also
-// right after a change; a larger one is counted by parts. On the leak
-// shape (the states interleaved, leases expired long ago and none).
+// A pool of at most exactRows rows is counted whole at every poll (from
+// the first: TestFirstSnapshotsCountEachRowOnce): no figure is marked
+// estimated, each is the truth, also right after a change; a larger one is
+// counted by parts. On the leak shape (the states interleaved, leases
+// expired long ago and none).
 func TestSmallPoolsAreCountedExactly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

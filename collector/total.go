@@ -152,3 +152,61 @@ func (t *totalCounter) absorb(q *totalQuery, countBudget time.Duration, live int
 	t.polled, t.last, t.lastInsDel, t.statOK = true, f.total, q.insDel, q.haveStat
 	return f
 }
+
+// rowEstimate is the pool's rows before they are counted: an estimate at
+// start that counts no row twice (sqlRowsEstimate), followed by the
+// statistics' inserts less deletes since.
+type rowEstimate struct {
+	base, mark int64 // the rows at start, and the inserts less deletes then
+	last       int64 // the figure at the last poll
+	ok         bool  // base was read for this pool (else the live-tuple count stands)
+}
+
+// sqlRowsEstimate is the rows of $1 (the table, or its partitions) at
+// start: for each relation, the lower of its live-tuple count and the
+// planner's estimate (its rows per page at its last VACUUM or ANALYZE
+// times its pages now), or the live-tuple count alone where the catalog
+// has no density yet (never vacuumed nor analyzed, or empty then). A
+// live-tuple count of 0 beside a density is no count (the statistics
+// were reset, or before PostgreSQL 15 the statistics process has not
+// applied the inserts yet), and the planner's estimate stands. With it,
+// the statistics' inserts less deletes, which rowEstimate follows.
+//
+// Each alone can be far off. The live-tuple count is set anew by every
+// VACUUM and ANALYZE, and the inserts a backend reports after it (a
+// backend sends its counts between queries, at most once a second, or
+// when it exits) are added to it once more: rows inserted and analyzed in
+// one session read twice until the next VACUUM or ANALYZE. The planner's
+// estimate counts each row once, but the pages claims and commits fill
+// with dead versions count as rows too (a 20,000-row pool read as 22,405
+// after five seconds of work). The lower of the two is rough, never a row
+// counted twice.
+const sqlRowsEstimate = `
+SELECT coalesce(sum(CASE WHEN c.relpages > 0 AND c.reltuples >= 0
+                         THEN least(nullif(pg_stat_get_live_tuples(c.oid), 0),
+                                    c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::float8))
+                         ELSE pg_stat_get_live_tuples(c.oid) END), 0)::bigint,
+       coalesce(sum(pg_stat_get_tuples_inserted(c.oid) - pg_stat_get_tuples_deleted(c.oid)), 0)::bigint
+FROM pg_class c WHERE c.oid = ANY($1::oid[])`
+
+// at is the estimate at a poll whose statistics read insDel (haveStat) and
+// live live tuples: live itself when no estimate was read at start, and
+// never more than live (when it is not 0): inserts made before start that
+// the statistics learn of only after it (sent late, or applied late by
+// the statistics process before PostgreSQL 15) are in the live-tuple
+// count once but in insDel as if they were new.
+func (e *rowEstimate) at(insDel int64, haveStat bool, live int64) int64 {
+	if !e.ok {
+		return live
+	}
+	if haveStat {
+		if insDel < e.mark { // the statistics were reset: go on from the last figure
+			e.base, e.mark = e.last, insDel
+		}
+		e.last = max(0, e.base+insDel-e.mark)
+	}
+	if live > 0 {
+		return min(e.last, live)
+	}
+	return e.last
+}

@@ -1,14 +1,13 @@
 package tui
 
 import (
-	"fmt"
-	"github.com/pooltop-dev/pooltop/internal/termtext"
-	"math"
 	"strconv"
 	"strings"
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
+
+	"github.com/pooltop-dev/pooltop/internal/termtext"
 )
 
 // Styles are every style the dashboard uses, built in one place. With
@@ -66,21 +65,7 @@ func sanitize(s string) string { return termtext.Escape(s) }
 func formatInt(n int64) string { return termtext.Count(n) }
 
 // formatFloat writes a rate compactly: 0.5, 12, 3.4k, 1.2M.
-func formatFloat(v float64) string {
-	a := math.Abs(v)
-	switch {
-	case a >= 1e6:
-		return fmt.Sprintf("%.1fM", v/1e6)
-	case a >= 1e4:
-		return fmt.Sprintf("%.0fk", v/1e3)
-	case a >= 1e3:
-		return fmt.Sprintf("%.1fk", v/1e3)
-	case a >= 10 || a == 0:
-		return fmt.Sprintf("%.0f", v)
-	default:
-		return fmt.Sprintf("%.1f", v)
-	}
-}
+func formatFloat(v float64) string { return termtext.Rate(v) }
 
 func formatPercent(f float64) string {
 	if f == 0 {

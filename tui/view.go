@@ -8,6 +8,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 
 	"github.com/pooltop-dev/pooltop/collector"
+	"github.com/pooltop-dev/pooltop/internal/termtext"
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
@@ -927,19 +928,8 @@ func (m Model) viewStatus(w int) string {
 	return pad(strings.Join(parts, "  "), w)
 }
 
-// shortDuration writes seconds as 45s, 12m, 3h20m, 5d.
-func shortDuration(sec float64) string {
-	d := time.Duration(sec) * time.Second
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
-}
+// shortDuration writes seconds as 45s, 12m05s, 3h20m, 5d.
+func shortDuration(sec float64) string { return termtext.Duration(sec) }
 
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")

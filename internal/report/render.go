@@ -71,6 +71,8 @@ func (r *Report) view() view {
 	v.Summary = [][2]string{
 		{"window", v.Window},
 		{"ids consumed", termtext.Count(r.Consumed)},
+		{"ids added (refills)", termtext.Count(r.Added)},
+		{"shortest time to empty", emptiest(r)},
 		{"double finalizations", termtext.Count(r.Doubles)},
 		{"stale-token rejections", termtext.Count(r.Fenced)},
 	}
@@ -93,6 +95,15 @@ func (r *Report) view() view {
 			termtext.Count(int64(r.Snapshots)), termtext.Count(int64(MaxPoints)))
 	}
 	return v
+}
+
+// emptiest is the shortest time to empty of the window as the dashboard
+// writes it, and when; "not draining" when it never was.
+func emptiest(r *Report) string {
+	if r.Emptiest == nil {
+		return "not draining"
+	}
+	return termtext.Duration(*r.Emptiest) + " at " + r.EmptiestAt.Format("15:04:05")
 }
 
 // writeData writes the charts as a JSON array, each with its own x (Unix
@@ -189,7 +200,7 @@ table{border-collapse:collapse;width:100%}td,th{text-align:left;padding:.2em .6e
 <h2>Summary</h2>
 <table id="summary">{{range .Summary}}<tr><th>{{index . 0}}</th><td>{{index . 1}}</td></tr>{{end}}</table>
 <h2>Peaks</h2>
-<table id="peaks"><tr><th>figure</th><th>highest</th><th>at</th></tr>{{range .Peaks}}<tr><td>{{.Name}}</td><td data-peak="{{.Name}}">{{printf "%.6g" .Value}} {{.Unit}}</td><td>{{.At.Format "15:04:05"}}</td></tr>{{end}}</table>
+<table id="peaks"><tr><th>figure</th><th>highest</th><th>at</th></tr>{{range .Peaks}}<tr><td>{{.Name}}</td><td data-peak="{{.Name}}">{{.Text}}</td><td>{{.At.Format "15:04:05"}}</td></tr>{{end}}</table>
 <h2>Alerts</h2>
 {{if .Alerts}}<table id="alerts"><tr><th>alert</th><th>raised</th><th>cleared</th><th>up</th><th>what it said, and the runbook</th></tr>
 {{range .Alerts}}<tr><td class="alert">{{.Name}}</td><td>{{.From}}</td><td>{{.To}}</td><td>{{.Up}}</td><td>{{.Message}}<br><span class="muted">{{.Runbook}}</span></td></tr>

@@ -8,11 +8,14 @@ package report
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/internal/catalogue"
+	"github.com/pooltop-dev/pooltop/internal/termtext"
 )
 
 // MaxPoints is the most points a series is drawn with: past it, the
@@ -41,10 +44,17 @@ type Report struct {
 	Alerts    []AlertSpan
 	Events    []collector.Event
 	Peaks     []Peak
-	Consumed  int64 // ids consumed in the window (CONSUMED at its end less at its start)
-	Doubles   int64 // double finalizations the workload counted (demo recordings)
-	Fenced    int64 // commits the fence rejected with a stale token (demo recordings)
-	Servers   []string
+	// Emptiest is the shortest time to empty in the window (nil: the pool
+	// was not draining at any snapshot), and EmptiestAt when.
+	Emptiest   *float64
+	EmptiestAt time.Time
+	// Added is the ids added to the pool in the window (refills: the rise
+	// of its rows from snapshot to snapshot).
+	Added    int64
+	Consumed int64 // ids consumed in the window (CONSUMED at its end less at its start)
+	Doubles  int64 // double finalizations the workload counted (demo recordings)
+	Fenced   int64 // commits the fence rejected with a stale token (demo recordings)
+	Servers  []string
 }
 
 // AlertSpan is an alert from when it was raised to when it cleared (To
@@ -54,12 +64,32 @@ type AlertSpan struct {
 	From, To                       time.Time
 }
 
-// Peak is a figure's highest value in the window and when it was reached.
+// Peak is a figure's highest value in the window and when it was reached;
+// Text is the value as the dashboard writes it, rounded, with its unit.
 type Peak struct {
 	Name  string
 	Value float64
 	Unit  string
+	Text  string
 	At    time.Time
+}
+
+// peakText writes a peak's value rounded, in the dashboard's way: a rate
+// compactly (0.6, 12, 3.4k), a count with thousands separators, a time in
+// milliseconds to a tenth below 100 ms and whole above.
+func peakText(v float64, unit string) string {
+	switch unit {
+	case "ids/s":
+		return termtext.Rate(v) + " ids/s"
+	case "ms":
+		if v < 100 {
+			return strconv.FormatFloat(v, 'f', 1, 64) + " ms"
+		}
+		return termtext.Count(int64(math.Round(v))) + " ms"
+	case "":
+		return termtext.Count(int64(math.Round(v)))
+	}
+	return termtext.Count(int64(math.Round(v))) + " " + unit
 }
 
 // chart is one chart of the page: its series share a y axis.
@@ -124,8 +154,13 @@ func (r *Report) define(title, unit string, names ...string) {
 
 func (r *Report) build(in []collector.Snapshot) {
 	r.define("Pool by state", "ids", "unused", "pending", "expired", "consumed")
+	// Burn is the net decline of UNUSED: while ids are added faster than
+	// they are taken it is negative, and that is a refill, drawn on a
+	// chart of its own (a seeding of 100,000 ids would otherwise set the
+	// burn chart's scale and flatten every other point of it).
 	r.define("Burn rate", "ids/s", "burn")
-	r.define("Time to empty", "s", "time to empty")
+	r.define("Refills", "ids/s", "ids added")
+	r.define("Time to empty", etaUnit(in).name, "time to empty")
 	r.define("Lock waits", "", "lock waiters", "longest lock wait (ms)")
 	r.define("Dead tuples", "", "dead tuples", "autovacuum runs")
 	r.define("Claim latency", "ms", "claim p50", "claim p99")
@@ -149,8 +184,18 @@ func (r *Report) build(in []collector.Snapshot) {
 		r.define("Servers: UNUSED", "ids", sortedKeys(servers, "server ")...)
 	}
 	r.byName["time"] = &series{Name: "time"}
+	eta := etaUnit(in)
 	for i := range in {
-		r.add(&in[i])
+		var prev *collector.Snapshot
+		if i > 0 {
+			prev = &in[i-1]
+		}
+		r.add(&in[i], prev, eta)
+	}
+	if added := r.byName["ids added"].V; !slices.ContainsFunc(added, func(v float64) bool { return v > 0 }) {
+		for i := range added {
+			added[i] = math.NaN() // nothing was added: no chart of refills
+		}
 	}
 	r.summarize(in)
 }
@@ -164,13 +209,42 @@ func sortedKeys(m map[string]bool, prefix string) []string {
 	return out
 }
 
-// add appends one snapshot's figures, NaN for those it does not hold.
-func (r *Report) add(s *collector.Snapshot) {
+// timeUnit is a unit the dashboard writes times to empty in, and its
+// length in seconds.
+type timeUnit struct {
+	name string
+	s    float64
+}
+
+// etaUnit is the unit the time-to-empty chart is drawn in: the dashboard's
+// (s, min, h, d) for the longest time to empty of the window, so that the
+// axis reads 69 d, not 6,000,000 s.
+func etaUnit(in []collector.Snapshot) timeUnit {
+	longest := 0.0
+	for _, s := range in {
+		if s.DepletionETAS != nil {
+			longest = max(longest, *s.DepletionETAS)
+		}
+	}
+	switch {
+	case longest >= 48*3600:
+		return timeUnit{"d", 86400}
+	case longest >= 3600:
+		return timeUnit{"h", 3600}
+	case longest >= 60:
+		return timeUnit{"min", 60}
+	}
+	return timeUnit{"s", 1}
+}
+
+// add appends one snapshot's figures, NaN for those it does not hold;
+// prev is the snapshot before it (nil for the first).
+func (r *Report) add(s, prev *collector.Snapshot, eta timeUnit) {
 	nan := math.NaN()
 	set := map[string]float64{
 		"time":   float64(s.Time.UnixMilli()),
 		"unused": float64(s.Pool.Unused), "pending": float64(s.Pool.Pending), "expired": float64(s.Pool.Expired), "consumed": float64(s.Pool.Consumed),
-		"burn": s.BurnPerS, "time to empty": nan,
+		"burn": max(s.BurnPerS, 0), "ids added": nan, "time to empty": nan,
 		"lock waiters": float64(s.LockWaiters), "longest lock wait (ms)": s.LockWaitMaxMS,
 		"dead tuples": float64(s.DeadTuples), "autovacuum runs": float64(s.AutovacuumCount),
 		"claim p50": nan, "claim p99": nan, "stale-token rejections": nan, "double finalizations": nan,
@@ -178,7 +252,12 @@ func (r *Report) add(s *collector.Snapshot) {
 		"alive": nan, "gone": nan,
 	}
 	if s.DepletionETAS != nil {
-		set["time to empty"] = *s.DepletionETAS
+		set["time to empty"] = *s.DepletionETAS / eta.s
+	}
+	if prev != nil {
+		if dt := s.Time.Sub(prev.Time).Seconds(); dt > 0 {
+			set["ids added"] = float64(max(s.Pool.Total-prev.Pool.Total, 0)) / dt
+		}
 	}
 	if w := s.Workload; w != nil {
 		set["claim p50"], set["claim p99"] = w.RecentAcquireLatency.P50, w.RecentAcquireLatency.P99
@@ -228,11 +307,20 @@ func (r *Report) summarize(in []collector.Snapshot) {
 			}
 		}
 		if at >= 0 && best > 0 {
-			r.Peaks = append(r.Peaks, Peak{Name: p.name, Value: best, Unit: p.unit, At: time.UnixMilli(int64(times[at]))})
+			r.Peaks = append(r.Peaks, Peak{Name: p.name, Value: best, Unit: p.unit, Text: peakText(best, p.unit), At: time.UnixMilli(int64(times[at]))})
 		}
 	}
 	first, last := in[0], in[len(in)-1]
 	r.Consumed = last.Pool.Consumed - first.Pool.Consumed
+	for i, s := range in {
+		if i > 0 {
+			r.Added += max(s.Pool.Total-in[i-1].Pool.Total, 0)
+		}
+		if e := s.DepletionETAS; e != nil && (r.Emptiest == nil || *e < *r.Emptiest) {
+			v := *e
+			r.Emptiest, r.EmptiestAt = &v, s.Time
+		}
+	}
 	for _, s := range in {
 		if w := s.Workload; w != nil {
 			r.Doubles, r.Fenced = max(r.Doubles, w.DoubleFinalizations), max(r.Fenced, w.FencedRejections)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,4 +196,70 @@ func rendered(t *testing.T, h *collector.RecordingHeader, snaps []collector.Snap
 		t.Fatal(err)
 	}
 	return r, b.String()
+}
+
+// demo is a 40 s demo recording as a new user makes one: the pool is
+// seeded while the dashboard starts (20,000 ids, then 60,000 and 120,000
+// more a second apart, which the collector reads as a net burn of minus
+// 60,000 and 90,000 ids/s), then drains slowly, 0.575498 ids/s at most,
+// with six million seconds to empty at the shortest.
+func demo() []collector.Snapshot {
+	start := time.Date(2026, 12, 5, 14, 0, 0, 0, time.UTC)
+	out := make([]collector.Snapshot, 40)
+	total := []int64{20_000, 80_000, 200_000}
+	for i := range out {
+		s := collector.Snapshot{Time: start.Add(time.Duration(i) * time.Second)}
+		s.Pool.Total = total[min(i, 2)]
+		s.Pool.Unused = s.Pool.Total - int64(max(i-2, 0))
+		s.Pool.Consumed = int64(max(i-2, 0))
+		switch {
+		case i == 1:
+			s.BurnPerS = -60_000
+		case i == 2:
+			s.BurnPerS = -90_000
+		case i > 2:
+			s.BurnPerS = 0.575498 - 0.001*float64(i-3)
+			eta := 6_000_000 + 1000*float64(i-3)
+			s.DepletionETAS = &eta
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// A refill is drawn as a refill, on a chart of its own, and does not set
+// the burn chart's scale; the summary counts the ids added; the peak burn
+// and the time to empty are written rounded, in the dashboard's units.
+func TestRefillsAndFiguresAsTheDashboardWritesThem(t *testing.T) {
+	r, page := rendered(t, nil, demo(), Options{})
+	burn := r.byName["burn"].V
+	if lo, hi := slices.Min(burn), slices.Max(burn); lo < 0 || hi != 0.575498 {
+		t.Errorf("the burn chart spans %v to %v, want 0 to the peak burn 0.575498 (no refill drawn as burn)", lo, hi)
+	}
+	if added := r.byName["ids added"].V; slices.Max(added[1:]) != 120_000 {
+		t.Errorf("refills drawn %v, want the 120,000 ids added at 14:00:02", added)
+	}
+	if r.Added != 180_000 {
+		t.Errorf("ids added %d, want 180,000", r.Added)
+	}
+	var burnPeak *Peak
+	for i := range r.Peaks {
+		if r.Peaks[i].Name == "burn" {
+			burnPeak = &r.Peaks[i]
+		}
+	}
+	if burnPeak == nil || burnPeak.Text != "0.6 ids/s" || !burnPeak.At.Equal(time.Date(2026, 12, 5, 14, 0, 3, 0, time.UTC)) {
+		t.Errorf("peak burn %+v, want 0.6 ids/s at 14:00:03", burnPeak)
+	}
+	for _, want := range []string{`"title":"Refills"`, `"title":"Time to empty","unit":"d"`, `data-peak="burn">0.6 ids/s<`,
+		"ids added (refills)</th><td>180,000<", "shortest time to empty</th><td>69d at 14:00:03<"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page has no %s", want)
+		}
+	}
+	for _, unwanted := range []string{"0.575498 ids/s", "6e+06", "6000000", "-60000", "-90000"} {
+		if strings.Contains(page, unwanted) {
+			t.Errorf("the page holds %s: a raw figure", unwanted)
+		}
+	}
 }

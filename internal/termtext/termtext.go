@@ -1,12 +1,16 @@
 // Package termtext makes text from the database safe to write to a
 // terminal: an identifier or a holder holding ESC]0;…BEL or ESC[2J would
 // otherwise retitle, clear or rewrite the user's screen, and CR or LF would
-// forge lines of output.
+// forge lines of output. It also writes figures the way the dashboard
+// shows them (Count, Rate, Duration), for every page that shows them too.
 package termtext
 
 import (
+	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -51,4 +55,35 @@ func Count(n int64) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// Rate writes a rate compactly, as the dashboard does: 0.5, 12, 3.4k, 1.2M.
+func Rate(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a >= 1e6:
+		return fmt.Sprintf("%.1fM", v/1e6)
+	case a >= 1e4:
+		return fmt.Sprintf("%.0fk", v/1e3)
+	case a >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	case a >= 10 || a == 0:
+		return fmt.Sprintf("%.0f", v)
+	default:
+		return fmt.Sprintf("%.1f", v)
+	}
+}
+
+// Duration writes seconds as the dashboard does: 45s, 12m05s, 3h20m, 5d.
+func Duration(sec float64) string {
+	d := time.Duration(sec) * time.Second
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }

@@ -26,3 +26,16 @@ func TestCount(t *testing.T) {
 		}
 	}
 }
+
+func TestRateAndDuration(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", 0.575498: "0.6", 12.4: "12", 3412: "3.4k", 45_000: "45k", 1_234_567: "1.2M", -90_000: "-90k"} {
+		if got := Rate(v); got != want {
+			t.Errorf("Rate(%v) = %q, want %q", v, got, want)
+		}
+	}
+	for sec, want := range map[float64]string{45: "45s", 725: "12m05s", 12_000: "3h20m", 6_000_000: "69d"} {
+		if got := Duration(sec); got != want {
+			t.Errorf("Duration(%v) = %q, want %q", sec, got, want)
+		}
+	}
+}
