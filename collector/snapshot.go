@@ -22,7 +22,7 @@ type Pool struct {
 	ExpiredOld int64 `json:"expired_old"`
 	// NoLease: PENDING ids with no lease at all (leased_until NULL): a
 	// holder that dies leaks them for good. Null where pooltop cannot count
-	// them (a pool without a PENDING index, above 10,000 rows); estimated
+	// them (a pool without a PENDING index, above 20,000 rows); estimated
 	// with pending when there are more than 1,024 (read by ranges of the
 	// table in turn).
 	NoLease *int64 `json:"no_lease"`

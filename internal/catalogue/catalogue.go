@@ -98,7 +98,7 @@ func Alerts(a collector.AlertConfig) []Alert {
 	}, {
 		Name: collector.AlertNoLease, Severity: SeverityPage, Rule: "PooltopNoLease",
 		Meaning: "PENDING ids are held with no lease: no reaper can ever take them back, so every holder that dies leaks its ids for good (the zombie resource crisis).",
-		Figure:  "PENDING ids whose leased_until is NULL (pool.no_lease; pooltop_pool_no_lease_ids); not counted on a pool above 10,000 rows without a PENDING index",
+		Figure:  "PENDING ids whose leased_until is NULL (pool.no_lease; pooltop_pool_no_lease_ids); not counted on a pool above 20,000 rows without a PENDING index",
 		Flag:    "none (any)", Threshold: "0",
 		Raise: "once such ids have been held for " + a.NoLeaseFor.String(),
 		Clear: "once none is left, for " + hold,
