@@ -505,6 +505,7 @@ func TestReaperPassesOverALockedLeaseOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	looked := time.Now()
 	if _, err := r.RunOnce(b.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +525,11 @@ func TestReaperPassesOverALockedLeaseOnce(t *testing.T) {
 	if n, err := r.RunOnce(b.ctx); err != nil || n != 0 {
 		t.Fatalf("the reaper took %d rows (%v) while the lease's row was locked", n, err)
 	}
-	time.Sleep(40 * time.Millisecond) // the holder's transaction goes on
+	// The holder's transaction goes on for longer than the reaper's first
+	// gap so far, which holds the acquire (100 ms and more on a busy
+	// machine): the second gap is then the longer, and the lease, which ran
+	// out after the first statement, waits more than either.
+	time.Sleep(time.Since(looked))
 	if err := tx.Rollback(b.ctx); err != nil {
 		t.Fatal(err)
 	}
