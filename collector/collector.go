@@ -1072,7 +1072,7 @@ func (c *Collector) queueServer(b *pgx.Batch, s *Snapshot, waiting *bool) {
 			return fmt.Errorf("server statistics: %w", err)
 		}
 		if lwn != nil && lwtop != nil {
-			s.LWLockWaits, s.LWLockWaitEvent = int(*lwn), *lwtop
+			s.LWLockWaits, s.LWLockWaitEvent = int(*lwn), lwlockName(c.t.version, *lwtop)
 		}
 		if worst != nil {
 			p := &PartitionDead{Partitions: len(c.t.leaves), Dead: deref(wdead), Live: deref(wlive)}
@@ -1131,6 +1131,9 @@ func (c *Collector) queueLocks(b *pgx.Batch, s *Snapshot) {
 			if err := json.Unmarshal(waits, &rows); err != nil {
 				return fmt.Errorf("lock waits: %w", err)
 			}
+		}
+		for i := range rows {
+			rows[i].WaitEvent = waitEventName(c.t.version, rows[i].WaitEvent)
 		}
 		locks(rows, s)
 		c.lockReads++

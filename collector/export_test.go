@@ -97,3 +97,7 @@ func SetWalkStop(c *Collector, d time.Duration) { c.pending.walkStop = d }
 // WalkStops returns how many of c's walks stopped before their limit and
 // their slice's end.
 func WalkStops(c *Collector) int64 { return c.pending.walkStops }
+
+// WaitEventName is a wait event ("type:event") of a server_version_num
+// under its name from PostgreSQL 13 on.
+func WaitEventName(version int, event string) string { return waitEventName(version, event) }

@@ -229,3 +229,34 @@ func TestLockWaitsAreReadOnlyWhileASessionWaits(t *testing.T) {
 	poll("the wait is over", 0, 3)
 	poll("no wait again", 0, 3)
 }
+
+// PostgreSQL 13 renamed the LWLock wait events (buffer_content became
+// BufferContent, CLogControlLock XactSLRU, WALWriteLock WALWrite): pooltop
+// shows 12's under the names of 13 and later, so that the dashboard, the
+// JSON and the runbooks name the same latch on every version. Other wait
+// events, and every event from 13 on, are left as they are.
+func TestLWLockWaitEventsUnderOneNameOnEveryVersion(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		version    int
+		event, out string
+	}{
+		{120022, "LWLock:buffer_content", "LWLock:BufferContent"},
+		{120022, "LWLock:lock_manager", "LWLock:LockManager"},
+		{120022, "LWLock:wal_insert", "LWLock:WALInsert"},
+		{120022, "LWLock:CLogControlLock", "LWLock:XactSLRU"},
+		{120022, "LWLock:WALWriteLock", "LWLock:WALWrite"},
+		{120022, "LWLock:ProcArrayLock", "LWLock:ProcArray"},
+		{120022, "LWLock:some_extension_tranche", "LWLock:some_extension_tranche"},
+		{120022, "Lock:transactionid", "Lock:transactionid"},
+		{120022, "IO:WALWrite", "IO:WALWrite"},
+		{120022, "", ""},
+		{130000, "LWLock:BufferContent", "LWLock:BufferContent"},
+		{180004, "LWLock:LockManager", "LWLock:LockManager"},
+		{180004, "LWLock:SomeTrancheLock", "LWLock:SomeTrancheLock"},
+	} {
+		if got := collector.WaitEventName(c.version, c.event); got != c.out {
+			t.Errorf("WaitEventName(%d, %q) = %q, want %q", c.version, c.event, got, c.out)
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package collector
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // The collector's statements that differ by server version, each named and
 // chosen by locksQuery from the server_version_num read once at start
@@ -165,3 +168,50 @@ SELECT (SELECT json_agg(json_build_object(
         LEFT JOIN ws ON ws.pid = a.pid
         LEFT JOIN hb ON hb.pid = a.pid
         WHERE a.pid <> pg_backend_pid())`
+
+// lwlockNames12 are the LWLock wait events of PostgreSQL 12 under the names
+// PostgreSQL 13 gave them and later versions keep (13 renamed the tranches
+// from snake_case, gave the SLRU locks names of their own and dropped the
+// Lock suffix of the others): the dashboard, JSON and the runbooks say
+// BufferContent on every version.
+var lwlockNames12 = map[string]string{
+	"buffer_content": "BufferContent", "buffer_io": "BufferIO", "buffer_mapping": "BufferMapping",
+	"lock_manager": "LockManager", "predicate_lock_manager": "PredicateLockManager", "wal_insert": "WALInsert",
+	"proc": "LockFastPath", "tbm": "SharedTidBitmap", "parallel_append": "ParallelAppend",
+	"parallel_hash_join": "ParallelHashJoin", "parallel_query_dsa": "ParallelQueryDSA",
+	"session_dsa": "PerSessionDSA", "session_record_table": "PerSessionRecordType",
+	"session_typmod_table": "PerSessionRecordTypmod", "shared_tuplestore": "SharedTupleStore",
+	"replication_origin": "ReplicationOriginState", "replication_slot_io": "ReplicationSlotIO",
+	"clog": "XactBuffer", "CLogControlLock": "XactSLRU",
+	"subtrans": "SubtransBuffer", "SubtransControlLock": "SubtransSLRU",
+	"multixact_offset": "MultiXactOffsetBuffer", "MultiXactOffsetControlLock": "MultiXactOffsetSLRU",
+	"multixact_member": "MultiXactMemberBuffer", "MultiXactMemberControlLock": "MultiXactMemberSLRU",
+	"commit_timestamp": "CommitTsBuffer", "CommitTsControlLock": "CommitTsSLRU",
+	"async": "NotifyBuffer", "AsyncCtlLock": "NotifySLRU",
+	"oldserxid": "SerialBuffer", "OldSerXidLock": "SerialSLRU",
+}
+
+// lwlockName is an LWLock wait event of a server_version_num under its
+// name from PostgreSQL 13 on.
+func lwlockName(version int, name string) string {
+	if version >= 130000 {
+		return name
+	}
+	if n, ok := lwlockNames12[name]; ok {
+		return n
+	}
+	// The individual locks: WALWriteLock, ProcArrayLock, XidGenLock…
+	if n, ok := strings.CutSuffix(name, "Lock"); ok && n != "" {
+		return n
+	}
+	return name
+}
+
+// waitEventName is a session's wait event ("type:event", as pg_stat_activity
+// gives them) under its name from PostgreSQL 13 on.
+func waitEventName(version int, event string) string {
+	if n, ok := strings.CutPrefix(event, "LWLock:"); ok {
+		return "LWLock:" + lwlockName(version, n)
+	}
+	return event
+}

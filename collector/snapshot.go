@@ -166,7 +166,9 @@ type Snapshot struct {
 	// LWLockWaits: client backends waiting on an LWLock (a page latch such
 	// as BufferContent, a WAL or lock-manager lock) at the poll, in a
 	// statement that names the pool or one of its partitions;
-	// LWLockWaitEvent the most frequent of their wait events ("" for none).
+	// LWLockWaitEvent the most frequent of their wait events ("" for none),
+	// by its name from PostgreSQL 13 on (12's buffer_content is
+	// BufferContent here).
 	LWLockWaits     int    `json:"lwlock_waits"`
 	LWLockWaitEvent string `json:"lwlock_wait_event"`
 

@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -393,17 +392,16 @@ var _ = context.Background
 func TestBlockingClaimHoldsItsLockForLockHeld(t *testing.T) {
 	b := setup(t, 4)
 	type result struct {
-		ls    []engine.Lease
-		err   error
-		order int64 // 1 for the claim that returned first
+		ls  []engine.Lease
+		err error
+		at  time.Time // when the claim returned
 	}
-	var returned atomic.Int64
 	claim := func(holder string, held time.Duration) <-chan result {
 		out := make(chan result, 1)
 		go func() {
 			ls, err := b.eng.LeaseAcquire(b.ctx, &engine.LeaseAcquireParams{
 				Holder: holder, TTL: time.Minute, N: 1, Strategy: engine.Blocking, LockHeld: held})
-			out <- result{ls, err, returned.Add(1)}
+			out <- result{ls, err, time.Now()}
 		}()
 		return out
 	}
@@ -414,6 +412,7 @@ func TestBlockingClaimHoldsItsLockForLockHeld(t *testing.T) {
 		}
 		return n
 	}
+	slowStart := time.Now()
 	slow := claim("slow", time.Second)
 	pgtest.Eventually(t, "the slow claim holds its row lock, idle in its transaction", 10*time.Second, func() bool {
 		return sessions(`state = 'idle in transaction' AND query LIKE '%id = ANY%'`) == 1
@@ -422,11 +421,13 @@ func TestBlockingClaimHoldsItsLockForLockHeld(t *testing.T) {
 	pgtest.Eventually(t, "the fast claim waits on the slow claim's lock", 10*time.Second, func() bool {
 		return sessions(`wait_event_type = 'Lock' AND query LIKE '%FOR NO KEY UPDATE'`) == 1
 	})
-	// Both may have returned by now (the slow one lets go after a second):
-	// their order is what tells.
+	// Both may have returned by now (the slow one lets go after a second),
+	// at the same moment: the slow one's commit frees the fast one, and
+	// either may be first back. The fast one returned only once the slow
+	// one's second was over.
 	first, second := <-slow, <-fast
-	if second.order < first.order {
-		t.Fatalf("the fast claim returned (%v, %v) before the slow one, which held its lock", second.ls, second.err)
+	if waited := second.at.Sub(slowStart); waited < time.Second {
+		t.Fatalf("the fast claim returned (%v, %v) %v after the slow one began, which held its lock for a second", second.ls, second.err, waited)
 	}
 	if first.err != nil || second.err != nil {
 		t.Fatalf("claims: slow %v, fast %v", first.err, second.err)
