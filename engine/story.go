@@ -30,16 +30,22 @@ FROM resource_pool WHERE id = $1`
 // on it (a pause between the check and the write lets a zombie through).
 // The workload uses it to show why the fence belongs in the write itself.
 func (e *Engine) LeaseCheck(ctx context.Context, p *LeaseCheckParams) (bool, error) {
+	return e.leaseQuestion(ctx, "check", sqlLeaseCheck, p)
+}
+
+// leaseQuestion asks sql, a yes or no about the row of the lease p names
+// ($1 its id, $2 its token); op names the question in errors.
+func (e *Engine) leaseQuestion(ctx context.Context, op, sql string, p *LeaseCheckParams) (bool, error) {
 	if err := checkLeaseRef(p.ID, p.Token); err != nil {
 		return false, err
 	}
 	var ok bool
-	err := e.db.QueryRow(ctx, sqlLeaseCheck, p.ID, p.Token).Scan(&ok)
+	err := e.db.QueryRow(ctx, sql, p.ID, p.Token).Scan(&ok)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, &LeaseError{Op: "check", ID: p.ID, Err: ErrNotFound}
+		return false, &LeaseError{Op: op, ID: p.ID, Err: ErrNotFound}
 	}
 	if err != nil {
-		return false, dbError(fmt.Sprintf("check id %d", p.ID), err)
+		return false, dbError(fmt.Sprintf("%s id %d", op, p.ID), err)
 	}
 	return ok, nil
 }
@@ -53,18 +59,7 @@ SELECT status = 'CONSUMED' AND lease_token > $2 FROM resource_pool WHERE id = $1
 // is a zombie. The workload's staged pause waits for it, so that the zombie
 // it shows always finds its id taken.
 func (e *Engine) LeaseSuperseded(ctx context.Context, p *LeaseCheckParams) (bool, error) {
-	if err := checkLeaseRef(p.ID, p.Token); err != nil {
-		return false, err
-	}
-	var ok bool
-	err := e.db.QueryRow(ctx, sqlLeaseSuperseded, p.ID, p.Token).Scan(&ok)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, &LeaseError{Op: "superseded", ID: p.ID, Err: ErrNotFound}
-	}
-	if err != nil {
-		return false, dbError(fmt.Sprintf("check id %d", p.ID), err)
-	}
-	return ok, nil
+	return e.leaseQuestion(ctx, "superseded", sqlLeaseSuperseded, p)
 }
 
 // sqlPoolLeaves lists the tables that hold the pool's rows: the pool itself,
