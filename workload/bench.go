@@ -118,8 +118,17 @@ func BenchRun(ctx context.Context, eng Engine, m BenchMode, workers int, warmup,
 	// A rate needs a cycle to measure: on a machine busy enough that none
 	// completed in the window, the window runs on until one does (up to a
 	// minute more), so a short run measures the slow machine instead of
-	// reporting nothing. None in a minute more: the caller calls it invalid.
-	_ = waitFor(ctx, time.Minute, func() bool { return wl.Snapshot().Committed > 0 })
+	// reporting nothing. A pool that ran dry or a claim that failed ends
+	// the wait: the caller reports that run invalid, as it does one with
+	// no cycle in the minute more.
+	_ = waitFor(ctx, time.Minute, func() bool {
+		s := wl.Snapshot()
+		failed := int64(0)
+		for _, n := range s.Errors {
+			failed += n
+		}
+		return s.Committed > 0 || s.EmptyPool > 0 || failed > 0
+	})
 	if err := ctx.Err(); err != nil {
 		return run, err
 	}
