@@ -73,16 +73,7 @@ func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
 
 // Close stops accepting, cuts every connection and waits for them.
 func (p *Proxy) Close() error {
-	p.mu.Lock()
-	p.stopped = true
-	conns := make([]*pconn, 0, len(p.conns))
-	for c := range p.conns {
-		conns = append(conns, c)
-	}
-	p.mu.Unlock()
-	for _, c := range conns {
-		c.close()
-	}
+	p.cutAll(func() { p.stopped = true })
 	err := p.ln.Close()
 	p.wg.Wait()
 	return err
@@ -90,9 +81,13 @@ func (p *Proxy) Close() error {
 
 // Down makes the proxy a server that is not running: it cuts every
 // connection and closes each new one at once, until Up.
-func (p *Proxy) Down() {
+func (p *Proxy) Down() { p.cutAll(func() { p.down = true }) }
+
+// cutAll runs mark under the lock, so that no new connection is kept, and
+// then cuts every connection open at that moment.
+func (p *Proxy) cutAll(mark func()) {
 	p.mu.Lock()
-	p.down = true
+	mark()
 	conns := make([]*pconn, 0, len(p.conns))
 	for c := range p.conns {
 		conns = append(conns, c)
