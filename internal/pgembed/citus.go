@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -28,9 +27,9 @@ type Cluster struct {
 
 // citusSettings are the server settings of every node. Statistics
 // collection would call home; the nodes talk to each other in the clear
-// over loopback (trust authentication, as Start's servers); the 2PC
-// recovery runs every second rather than every minute, so that a worker
-// that comes back settles its prepared transactions quickly.
+// over loopback (trust authentication, as Start's servers); prepared
+// transactions are allowed for the statements Citus commits in two phases
+// (DDL across nodes).
 var citusSettings = map[string]string{
 	"shared_preload_libraries":           "citus",
 	"citus.enable_statistics_collection": "off",
@@ -111,23 +110,6 @@ func execOn(ctx context.Context, s *Server, sql string) error {
 // DSN is the coordinator's connection URL: pooltop and its users talk to
 // the cluster there.
 func (c *Cluster) DSN() string { return c.Coordinator.DSN() }
-
-// StartupTime is how long the slowest node took to start.
-func (c *Cluster) StartupTime() time.Duration {
-	var d time.Duration
-	for _, s := range c.nodes() {
-		d = max(d, s.StartupTime())
-	}
-	return d
-}
-
-func (c *Cluster) nodes() []*Server {
-	var all []*Server
-	if c.Coordinator != nil {
-		all = append(all, c.Coordinator)
-	}
-	return append(all, c.Workers...)
-}
 
 // Stop stops every node (workers first) and removes their files; it
 // returns the first error.
