@@ -9,11 +9,13 @@ import (
 	"math"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pooltop-dev/pooltop/engine"
@@ -277,7 +279,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	settings := []engine.Setting{
 		{Name: "application_name", Value: "pooltop-collector"},
 		{Name: "statement_timeout", Value: "2000"},
-		{Name: "lock_timeout", Value: "100"},
+		{Name: "lock_timeout", Value: strconv.Itoa(lockTimeoutMS)},
 		{Name: "idle_in_transaction_session_timeout", Value: "5000"},
 		{Name: "default_transaction_read_only", Value: "on"},
 		// Plan each statement once: custom plans of these catalog and
@@ -586,9 +588,84 @@ func (c *Collector) startsInStages() bool {
 // Poll reads every signal once and returns the snapshot. All queries go in
 // one batch, a single round trip: on a busy server each round trip waits for
 // a CPU, so their number, more than their cost, decides how long a poll
-// takes. On error the collector keeps its history; the caller shows the
-// error and polls again.
+// takes. A poll whose reads wait out lock_timeout is sent again, up to
+// lockAttempts times. On error the collector keeps its history; the
+// caller shows the error and polls again.
 func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
+	for attempt := 1; ; attempt++ {
+		s, err := c.poll(ctx)
+		if err == nil || !lockTimedOut(err) || ctx.Err() != nil {
+			return s, err
+		}
+		if attempt == lockAttempts {
+			return s, c.lockHolders(ctx, err, attempt)
+		}
+	}
+}
+
+// lockAttempts is how many times a poll is sent while its reads wait out
+// lock_timeout (100 ms) behind another session's ACCESS EXCLUSIVE lock:
+// about a second in all. Such locks are as a rule brief — autovacuum
+// truncating the empty pages at the end of the pool's table or of a
+// catalog (pg_class, pg_attribute) holds one for milliseconds, longer
+// only when the server's CPUs are busy — and the poll waits them out
+// instead of showing an error; a lock held longer (a DDL, a LOCK TABLE)
+// fails the poll with the name of who holds it.
+const lockAttempts = 10
+
+// lockTimeoutMS is the collector's lock_timeout: a read never queues long
+// behind a lock, nor makes the sessions behind it wait.
+const lockTimeoutMS = 100
+
+// lockTimedOut says err is a statement canceled by lock_timeout.
+func lockTimedOut(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
+}
+
+// lockHolders is err, the poll's last lock timeout after attempts tries,
+// with the sessions that hold an ACCESS EXCLUSIVE lock on a relation of
+// this database or a shared catalog: who the on-call engineer must look
+// at. Their queries are masked as the dashboard's are.
+func (c *Collector) lockHolders(ctx context.Context, err error, attempts int) error {
+	rows, qerr := c.pool.Query(ctx, `SELECT l.pid, coalesce(nullif(a.backend_type, 'client backend'), a.application_name, ''),
+       coalesce(l.relation::regclass::text, l.relation::text), coalesce(a.query, '')
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'relation' AND l.mode = 'AccessExclusiveLock' AND l.granted
+  AND l.database IN (0, (SELECT oid FROM pg_database WHERE datname = current_database()))
+ORDER BY l.pid, l.relation LIMIT 3`)
+	var held []string
+	if qerr == nil {
+		for rows.Next() {
+			var pid int32
+			var who, rel, query string
+			if rows.Scan(&pid, &who, &rel, &query) != nil {
+				break
+			}
+			h := fmt.Sprintf("pid %d", pid)
+			if who != "" {
+				h += " (" + who + ")"
+			}
+			h += " holds " + rel
+			if query = strings.Join(strings.Fields(engine.MaskQuery(query)), " "); query != "" {
+				if r := []rune(query); len(r) > 120 {
+					query = string(r[:119]) + "…"
+				}
+				h += ": " + query
+			}
+			held = append(held, h)
+		}
+		rows.Close()
+	}
+	what := "no ACCESS EXCLUSIVE lock is held now"
+	if len(held) > 0 {
+		what = strings.Join(held, "; ")
+	}
+	return fmt.Errorf("%w (waited on a lock %d times, %d ms each; %s)", err, attempts, lockTimeoutMS, what)
+}
+
+// poll is one attempt of Poll.
+func (c *Collector) poll(ctx context.Context) (Snapshot, error) {
 	start := time.Now()
 	gen := c.startPoll()
 	s := Snapshot{Time: start, Waiters: []Waiter{}, Blockers: []Blocker{}, Alerts: []Alert{}, Pool: Pool{Estimated: []string{}}}
@@ -598,7 +675,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	// Every poll runs on one session, the same at every poll (see session).
 	conn, err := c.session(ctx)
 	if err != nil {
-		c.backOff()
+		c.backOff(err)
 		return s, fmt.Errorf("poll: %w", err)
 	}
 	if conn != nil {
@@ -621,7 +698,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	staged := c.stage() == 0
 	if c.unused.width == 0 && !staged {
 		if err := c.unused.init(ctx, c, unusedOn); err != nil {
-			c.backOff()
+			c.backOff(err)
 			return s, fmt.Errorf("poll: %w", err)
 		}
 	}
@@ -703,7 +780,7 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 		locks(nil, &s)
 	}
 	if err != nil {
-		c.backOff()
+		c.backOff(err)
 		return s, fmt.Errorf("poll: %w", err)
 	}
 	c.lockWaits = waiting
@@ -857,8 +934,12 @@ func (c *Collector) session(ctx context.Context) (*pgxpool.Conn, error) {
 // that ran into statement_timeout (the walk of a large leak on a cold,
 // busy server) failed before its time could pace the counters, and the
 // same poll would be sent again and fail again while the dashboard showed
-// nothing but the error.
-func (c *Collector) backOff() {
+// nothing but the error. A lock timeout is another session's lock, not
+// the poll's size: the counters keep their pace.
+func (c *Collector) backOff(err error) {
+	if lockTimedOut(err) {
+		return // another session's lock, not this poll's size
+	}
 	c.pending.backOff()
 	c.census.backOff()
 	c.leaseless.backOff()

@@ -755,11 +755,11 @@ func claimReading(t *testing.T, ctx context.Context, c *collector.Collector) *co
 	return s.Claims
 }
 
-// A poll that fails makes the next one read less. Here a statement waits
-// on a lock past the collector's lock_timeout; on a busy server it is the
-// walk of a large leak running into statement_timeout (65,536 entries of 8
-// partitions took over 2 s under a 16-client load, cold), and the same walk
-// was sent again and failed again, 30 polls in a row.
+// A poll that fails makes the next one read less. Here the poll's session
+// is ended under it; on a busy server it is the walk of a large leak
+// running into statement_timeout (65,536 entries of 8 partitions took over
+// 2 s under a 16-client load, cold), and the same walk was sent again and
+// failed again, 30 polls in a row.
 func TestAFailedPollBacksOff(t *testing.T) {
 	b := setup(t, 4000)
 	b.exec(t, `UPDATE resource_pool SET status = 'PENDING', holder = 'h', lease_token = 1, leased_until = now() + id * interval '1 second' WHERE id % 2 = 0`)
@@ -768,15 +768,17 @@ func TestAFailedPollBacksOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	walk, per, sweep := collector.Paces(c)
-	tx, err := b.conn.Begin(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(b.ctx, "LOCK TABLE resource_pool IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	seat := collector.Seat(c)
+	b.exec(t, `SELECT pg_terminate_backend($1)`, seat)
+	pgtest.Eventually(t, "the poll's backend ends", 10*time.Second, func() bool {
+		var gone bool
+		if err := b.conn.QueryRow(b.ctx, `SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)`, seat).Scan(&gone); err != nil {
+			t.Fatal(err)
+		}
+		return gone
+	})
 	if _, err := c.Poll(b.ctx); err == nil {
-		t.Fatal("a poll under an ACCESS EXCLUSIVE lock did not fail")
+		t.Fatal("a poll on a session that ended did not fail")
 	}
 	// Whatever the first poll's paces were (they follow the machine's
 	// speed), the failed poll divides each, down to its floor.
@@ -786,10 +788,104 @@ func TestAFailedPollBacksOff(t *testing.T) {
 		t.Fatalf("after a failed poll: walk %d (was %d, floor %d), recount pace %d (was %d, floor %d), sweep %d chunks (was %d, floor %d); want a quarter, a half and a half",
 			w, walk, wlo, p, per, plo, s, sweep, slo)
 	}
+	pollUntil(t, c, "the counts after the new session", func(s collector.Snapshot) bool { return s.Pool.Pending == 2000 && s.Pool.Unused == 2000 })
+}
+
+// lockWaits are the start times of the statements of the collector on
+// backend pid that wait on a lock now.
+func lockWaits(t *testing.T, b *bundle, pid uint32) []time.Time {
+	t.Helper()
+	rows, err := b.conn.Query(b.ctx, `SELECT query_start FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return starts
+}
+
+// A poll waits out an ACCESS EXCLUSIVE lock held for a little longer than
+// its lock_timeout — autovacuum truncating the pool's table or a catalog
+// holds one for milliseconds, longer when the CPUs are busy, and a
+// dashboard or a first poll that failed on it showed an error for
+// nothing. The lock is released once the poll's statement has waited out
+// lock_timeout and been sent again.
+func TestAPollWaitsOutABriefLock(t *testing.T) {
+	b := setup(t, 4000)
+	b.exec(t, `UPDATE resource_pool SET status = 'PENDING', holder = 'h', lease_token = 1, leased_until = now() + id * interval '1 second' WHERE id % 2 = 0`)
+	c := b.collector(t, collector.Config{})
+	if _, err := c.Poll(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	seat := collector.Seat(c)
+	holder := pgtest.Conn(t, b.schema)
+	tx, err := holder.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(b.ctx, "LOCK TABLE resource_pool IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		s   collector.Snapshot
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := c.Poll(b.ctx)
+		done <- result{s, err}
+	}()
+	var first time.Time
+	pgtest.Eventually(t, "the poll waits on the lock a second time", 30*time.Second, func() bool {
+		for _, at := range lockWaits(t, b, seat) {
+			if first.IsZero() {
+				first = at
+			} else if !at.Equal(first) {
+				return true
+			}
+		}
+		return false
+	})
 	if err := tx.Rollback(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	pollUntil(t, c, "the counts after the lock", func(s collector.Snapshot) bool { return s.Pool.Pending == 2000 && s.Pool.Unused == 2000 })
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("a poll behind a lock released after its lock_timeout failed: %v", r.err)
+	}
+	if r.s.Pool.Pending != 2000 || r.s.Pool.Unused != 2000 {
+		t.Fatalf("after the lock: pending %d, unused %d; want 2000 and 2000", r.s.Pool.Pending, r.s.Pool.Unused)
+	}
+}
+
+// A lock held longer fails the poll after about a second, and the error
+// names who holds it, with its query.
+func TestAPollNamesWhoHoldsTheLock(t *testing.T) {
+	b := setup(t, 1000)
+	c := b.collector(t, collector.Config{})
+	if _, err := c.Poll(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := b.conn.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx) //nolint:errcheck // the test's end
+	if _, err := tx.Exec(b.ctx, "LOCK TABLE resource_pool IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	pid := b.conn.PgConn().PID()
+	_, err = c.Poll(b.ctx)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("a poll behind a lock held throughout: %v; want a lock timeout", err)
+	}
+	want := fmt.Sprintf("pid %d (pooltop-test-peer) holds %s.resource_pool: LOCK TABLE resource_pool IN ACCESS EXCLUSIVE MODE", pid, b.schema)
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("the poll's error:\n%v\nwant it to say %q", err, want)
+	}
 }
 
 // The walk's time is the server's time to read its entries: a walk of tens
