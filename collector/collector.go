@@ -307,7 +307,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	for _, s := range allSeries {
 		c.series[s] = NewHistory(cfg.History)
 	}
-	if err := c.resolve(ctx, schema, table); err != nil {
+	if err := c.waitOutLocks(ctx, func() error { return c.resolve(ctx, schema, table) }); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -339,6 +339,7 @@ func (c *Collector) Config() Config { return c.cfg }
 var ErrNoTable = errors.New("table not found")
 
 func (c *Collector) resolve(ctx context.Context, schema, table string) error {
+	c.t = target{} // afresh when sent again after a lock timeout
 	t := &c.t
 	t.schema, t.name = schema, table
 	t.qualified = pgx.Identifier{schema, table}.Sanitize()
@@ -592,13 +593,24 @@ func (c *Collector) startsInStages() bool {
 // lockAttempts times. On error the collector keeps its history; the
 // caller shows the error and polls again.
 func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
+	var s Snapshot
+	err := c.waitOutLocks(ctx, func() (err error) {
+		s, err = c.poll(ctx)
+		return err
+	})
+	return s, err
+}
+
+// waitOutLocks runs read, and again while it fails on lock_timeout, up to
+// lockAttempts times; the last such failure names the lock's holders.
+func (c *Collector) waitOutLocks(ctx context.Context, read func() error) error {
 	for attempt := 1; ; attempt++ {
-		s, err := c.poll(ctx)
+		err := read()
 		if err == nil || !lockTimedOut(err) || ctx.Err() != nil {
-			return s, err
+			return err
 		}
 		if attempt == lockAttempts {
-			return s, c.lockHolders(ctx, err, attempt)
+			return c.lockHolders(ctx, err, attempt)
 		}
 	}
 }

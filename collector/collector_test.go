@@ -984,3 +984,57 @@ func TestNotesGoWithTheNextSnapshot(t *testing.T) {
 		t.Fatalf("the log holds %d events, want the note once", n)
 	}
 }
+
+// Opening a collector waits out a brief lock the same way: the catalog
+// reads that find the pool's partitions, indexes and size are sent again.
+func TestOpeningWaitsOutABriefLock(t *testing.T) {
+	b := setup(t, 1000)
+	holder := pgtest.Conn(t, b.schema)
+	tx, err := holder.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(b.ctx, "LOCK TABLE resource_pool IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		c   *collector.Collector
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := collector.New(b.ctx, collector.Config{DSN: pgtest.DSN(), Table: b.schema + ".resource_pool"})
+		done <- result{c, err}
+	}()
+	var first time.Time
+	pgtest.Eventually(t, "the opening waits on the lock a second time", 30*time.Second, func() bool {
+		var at time.Time
+		err := b.conn.QueryRow(b.ctx, `SELECT a.query_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE NOT l.granted AND l.relation = $1::regclass AND a.application_name = 'pooltop-collector'`, b.schema+".resource_pool").Scan(&at)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.IsZero() {
+			first = at
+		}
+		return !at.Equal(first)
+	})
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("opening behind a lock released after its lock_timeout failed: %v", r.err)
+	}
+	defer r.c.Close()
+	s, err := r.c.Poll(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Pool.Total != 1000 {
+		t.Fatalf("total %d; want 1000", s.Pool.Total)
+	}
+}
