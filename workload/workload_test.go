@@ -278,8 +278,13 @@ func TestChaosTransferFencesTheOldHolder(t *testing.T) {
 	}
 }
 
+// Claimed without a lease: with fencing off, a lease that ran out under
+// a commit slowed by a busy machine let a second holder in, and its late
+// commit was a double finalization that no lost answer caused (one CI run:
+// 6 doubles, 2 of them duplicates). Without expiry every double is a
+// retried commit's.
 func TestChaosLostAckDuplicatesOnlyWithFreshIDs(t *testing.T) {
-	s := chaos(t, "lost-ack", 4*time.Second)
+	s := chaosWith(t, "lost-ack", 4*time.Second, func(c *workload.Config) { c.Lease = false })
 	t.Logf("acks lost %d, duplicates fresh %d stable %d, replayed %d", s.AcksLost, s.DuplicatesFreshID, s.DuplicatesStableID, s.Replayed)
 	if !s.OK() || s.DuplicatesFreshID == 0 || s.DuplicatesStableID != 0 || s.Replayed == 0 || s.DoubleFinalizations != s.DuplicatesFreshID {
 		t.Fatalf("lost-ack: %+v", s)
