@@ -115,6 +115,11 @@ type State struct {
 	UnusedIndex  string            // a valid partial index on id WHERE status = 'UNUSED', if any
 	PendingIndex string            // a valid partial index on leased_until WHERE status = 'PENDING', if any
 	Invalid      []string          // pooltop's index names left invalid by an interrupted build
+	// Citus: what the server says of Citus (nothing when not installed).
+	Citus CitusCluster
+	// Distribution is the column Citus distributes resource_pool by, "" for
+	// a table Citus does not distribute.
+	Distribution string
 }
 
 // Marked reports whether pooltop set the schema up (created or adopted it).
@@ -135,10 +140,19 @@ LEFT JOIN pg_class c ON c.relname = 'resource_pool' AND c.relkind IN ('r', 'p')
 	if err != nil {
 		return nil, fmt.Errorf("inspect schema %s: %w", schema, err)
 	}
+	if st.Citus, err = InspectCitus(ctx, conn); err != nil {
+		return nil, err
+	}
 	if poolOID != nil {
 		st.Pool, st.Partitioned = true, *kind == "p"
 		if err := inspectPool(ctx, conn, st, *poolOID, q("resource_pool")); err != nil {
 			return nil, err
+		}
+		if st.Citus.Installed {
+			err := conn.QueryRow(ctx, `SELECT coalesce((SELECT column_to_column_name(logicalrelid, partkey) FROM pg_dist_partition WHERE logicalrelid = $1::oid::regclass), '')`, *poolOID).Scan(&st.Distribution)
+			if err != nil {
+				return nil, fmt.Errorf("inspect the distribution of resource_pool: %w", err)
+			}
 		}
 	}
 	var meta, versions bool
@@ -337,13 +351,20 @@ func Plan(st *State, o Options) ([]Step, bool, error) {
 		return nil, false, fmt.Errorf("%w: schema %s records pooltop migrations but has no resource_pool (it was dropped): drop %s.%s, or the schema, and migrate again",
 			ErrIncompatible, quoted, quoted, VersionTable)
 	}
-	if err := checkPartitions(st, o.Partitions); err != nil {
+	if st.Citus.Installed {
+		if err := checkCitus(st, o); err != nil {
+			return nil, false, err
+		}
+	} else if err := checkPartitions(st, o.Partitions); err != nil {
 		return nil, false, err
 	}
 	if !st.SchemaExists {
 		steps = append(steps, Step{SQL: "CREATE SCHEMA IF NOT EXISTS " + quoted})
 	}
-	if !st.Pool && o.Partitions > 0 {
+	switch {
+	case !st.Pool && st.Citus.Installed:
+		steps = append(steps, Step{SQL: citusPool(st.Schema)})
+	case !st.Pool && o.Partitions > 0:
 		steps = append(steps, Step{SQL: partitionedPool(st.Schema, o.Partitions)})
 	}
 	adopt := st.Pool && !st.Marked()
@@ -382,6 +403,11 @@ func Plan(st *State, o Options) ([]Step, bool, error) {
 	for _, s := range srcs {
 		if s.version > st.Version {
 			steps = append(steps, Step{SQL: fmt.Sprintf("-- migration %d (%s), in schema %s:\n%s", s.version, s.name, quoted, s.up), Goose: true})
+		}
+	}
+	if st.Citus.Installed {
+		for _, f := range citusFunctions(st.Schema) {
+			steps = append(steps, Step{SQL: f})
 		}
 	}
 	if !st.Pool {

@@ -59,6 +59,7 @@ func Run(m *testing.M) int {
 		defer func() { _ = s.Stop() }()
 		dsn = s.DSN()
 	}
+	defer stopCitus()
 	return m.Run()
 }
 

@@ -1,0 +1,84 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pooltop-dev/pooltop/internal/pgembed"
+)
+
+// The Citus cluster of a test binary: a coordinator and two workers on
+// loopback, started by the first test that asks for one and stopped after
+// the last test (Run).
+var citus struct {
+	once    sync.Once
+	cluster *pgembed.Cluster
+	err     error
+}
+
+// CitusDSN is the connection string of the coordinator of the test binary's
+// Citus cluster, started at the first call. Where Citus is not installed
+// the test is skipped, unless CI or POOLTOP_REQUIRE_CITUS (which .ci/run
+// sets after building Citus) is set: there it fails.
+func CitusDSN(t testing.TB) string {
+	t.Helper()
+	citus.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		citus.cluster, citus.err = pgembed.StartCitus(ctx, pgembed.Options{Database: "pooltop_test"}, 2)
+	})
+	if errors.Is(citus.err, pgembed.ErrNoCitus) && os.Getenv("POOLTOP_REQUIRE_CITUS") == "" && os.Getenv("CI") == "" {
+		t.Skipf("%v: %s", citus.err, pgembed.CitusAdvice)
+	}
+	if citus.err != nil {
+		t.Fatalf("pgtest: start a Citus cluster: %v", citus.err)
+	}
+	return citus.cluster.DSN()
+}
+
+// CitusCluster is the test binary's cluster, started as CitusDSN does.
+func CitusCluster(t testing.TB) *pgembed.Cluster {
+	t.Helper()
+	CitusDSN(t)
+	return citus.cluster
+}
+
+// CitusSchema creates an empty schema named after the test on the Citus
+// coordinator (Citus creates it on the workers too) and drops it, with the
+// distributed tables in it, at cleanup.
+func CitusSchema(t testing.TB) string {
+	t.Helper()
+	coordinator := CitusDSN(t)
+	schema := UniqueName("c_")
+	quoted := pgx.Identifier{schema}.Sanitize()
+	exec := func(sql string) error {
+		conn, err := pgx.Connect(context.Background(), coordinator)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		_, err = conn.Exec(context.Background(), sql)
+		return err
+	}
+	if err := exec("CREATE SCHEMA " + quoted); err != nil {
+		t.Fatalf("pgtest: create schema on Citus: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := exec("DROP SCHEMA " + quoted + " CASCADE"); err != nil {
+			t.Errorf("pgtest: cleanup: %v", err)
+		}
+	})
+	return schema
+}
+
+func stopCitus() {
+	if citus.cluster != nil {
+		_ = citus.cluster.Stop()
+	}
+}
