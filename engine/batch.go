@@ -90,6 +90,14 @@ func (e *Engine) commitBatch(ctx context.Context, holder string, items []CommitI
 	}
 	results := make([]CommitResult, len(items))
 	errs := make([]error, len(items))
+	sh, err := e.poolShape(ctx)
+	if err != nil {
+		return nil, nil, dbError("commit batch", err)
+	}
+	if len(sh.shards) > 0 {
+		e.commitBatchCitus(ctx, holder, items, results, errs)
+		return results, errs, nil
+	}
 	// Planned with the actual arrays every time: the cached generic plan of
 	// this statement misjudges unnest() and runs ten times slower.
 	rows, err := e.db.Query(ctx, sqlCommitBatch, pgx.QueryExecModeExec, ids, tokens, reqs, payloads, holder)
@@ -124,7 +132,7 @@ func (e *Engine) commitBatch(ctx context.Context, holder string, items []CommitI
 		}
 		// Rejected or a replay: explain this one item.
 		p := &LeaseCommitParams{ID: it.ID, Token: it.Token, Holder: holder, RequestID: it.RequestID, Payload: it.Payload}
-		prior, found, lerr := e.ledgerByRequest(ctx, p)
+		prior, found, lerr := e.ledgerByRequest(ctx, sh, p)
 		switch {
 		case lerr != nil:
 			errs[i] = lerr

@@ -92,20 +92,29 @@ func (e *Engine) commit(ctx context.Context, p *LeaseCommitParams) (CommitResult
 	if p.RequestID == "" {
 		return CommitResult{}, invalid("request_id is empty: every effect needs an idempotency key")
 	}
-	sql := sqlCommitFenced
-	if p.NoFence {
+	sh, err := e.poolShape(ctx)
+	if err != nil {
+		return CommitResult{}, dbError(fmt.Sprintf("commit id %d", p.ID), err)
+	}
+	sql, args := sqlCommitFenced, []any{p.ID, p.Token, p.RequestID, p.Holder, p.Payload}
+	switch {
+	case len(sh.shards) > 0 && p.NoFence:
+		return CommitResult{}, errCitus("the unfenced commit")
+	case len(sh.shards) > 0:
+		sql, args = citusLease(sh, sqlCitusCommit, p.ID, p.Token, p.RequestID, p.Holder, p.Payload)
+	case p.NoFence:
 		sql = sqlCommitUnfenced
 	}
 	res := CommitResult{RequestID: p.RequestID}
-	err := e.db.QueryRow(ctx, sql, p.ID, p.Token, p.RequestID, p.Holder, p.Payload).
+	err = e.db.QueryRow(ctx, sql, args...).
 		Scan(&res.LedgerID, &res.ResourceID, &res.Token, &res.CommittedAt, &res.PriorEffects)
 	switch {
 	case err == nil:
 		return res, nil
-	case errors.Is(err, pgx.ErrNoRows), isUniqueViolation(err, "business_ledger_request_id_key"):
+	case errors.Is(err, pgx.ErrNoRows), isUniqueViolation(err, "business_ledger_request_id_key"), len(sh.shards) > 0 && isCitusRequestTaken(err):
 		// Nothing was written. Either this request was already committed
 		// (a replay), or the fence refused the token.
-		if prior, found, lerr := e.ledgerByRequest(ctx, p); lerr != nil {
+		if prior, found, lerr := e.ledgerByRequest(ctx, sh, p); lerr != nil {
 			return CommitResult{}, lerr
 		} else if found {
 			return prior, nil
@@ -121,10 +130,14 @@ func (e *Engine) commit(ctx context.Context, p *LeaseCommitParams) (CommitResult
 	}
 }
 
-func (e *Engine) ledgerByRequest(ctx context.Context, p *LeaseCommitParams) (CommitResult, bool, error) {
+func (e *Engine) ledgerByRequest(ctx context.Context, sh *shape, p *LeaseCommitParams) (CommitResult, bool, error) {
 	res := CommitResult{RequestID: p.RequestID, Replayed: true}
 	var payload string
-	err := e.db.QueryRow(ctx, sqlLedgerByRequest, p.RequestID).
+	sql, args := sqlLedgerByRequest, []any{p.RequestID}
+	if len(sh.shards) > 0 {
+		sql, args = sqlCitusLedgerByRequest, []any{p.RequestID, sh.shardOf(p.ID)}
+	}
+	err := e.db.QueryRow(ctx, sql, args...).
 		Scan(&res.LedgerID, &res.ResourceID, &res.Token, &payload, &res.CommittedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return CommitResult{}, false, nil

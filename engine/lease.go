@@ -162,7 +162,14 @@ func (e *Engine) acquire(ctx context.Context, p *LeaseAcquireParams) ([]Lease, e
 		return nil, dbError(fmt.Sprintf("acquire (%s)", p.Strategy), err)
 	}
 	// The tables a claim takes rows from: the pool, or its partitions, one
-	// at a time from a random one (see onPartitions).
+	// at a time from a random one (see onPartitions); on Citus, its shards.
+	if len(sh.shards) > 0 {
+		leases, err := e.acquireCitus(ctx, sh, p, ttl)
+		if err != nil {
+			return nil, dbError(fmt.Sprintf("acquire (%s)", p.Strategy), err)
+		}
+		return e.claimed(leases, p)
+	}
 	tables := sh.parts
 	if len(tables) == 0 {
 		tables = plainPool
@@ -186,6 +193,11 @@ func (e *Engine) acquire(ctx context.Context, p *LeaseAcquireParams) ([]Lease, e
 	if err != nil {
 		return nil, dbError(fmt.Sprintf("acquire (%s)", p.Strategy), err)
 	}
+	return e.claimed(leases, p)
+}
+
+// claimed checks and completes the leases of a claim.
+func (e *Engine) claimed(leases []Lease, p *LeaseAcquireParams) ([]Lease, error) {
 	if len(leases) == 0 {
 		return nil, ErrPoolEmpty
 	}
@@ -359,6 +371,14 @@ func (e *Engine) LeaseRenew(ctx context.Context, p *LeaseRenewParams) (Lease, er
 	if err := checkTTL(p.TTL); err != nil {
 		return Lease{}, err
 	}
+	sh, err := e.poolShape(ctx)
+	if err != nil {
+		return Lease{}, dbError(fmt.Sprintf("renew id %d", p.ID), err)
+	}
+	if len(sh.shards) > 0 {
+		sql, args := citusLease(sh, sqlCitusRenew, p.ID, p.Token, durationMicros(p.TTL))
+		return e.casLease(ctx, "renew", p.ID, p.Token, sql, args...)
+	}
 	return e.casLease(ctx, "renew", p.ID, p.Token, sqlRenew, p.ID, p.Token, durationMicros(p.TTL))
 }
 
@@ -387,8 +407,16 @@ func (e *Engine) LeaseRelease(ctx context.Context, p *LeaseReleaseParams) (Lease
 	if err := checkLeaseRef(p.ID, p.Token); err != nil {
 		return Lease{}, err
 	}
+	sh, err := e.poolShape(ctx)
+	if err != nil {
+		return Lease{}, dbError(fmt.Sprintf("release id %d", p.ID), err)
+	}
+	sql, args := sqlRelease, []any{p.ID, p.Token}
+	if len(sh.shards) > 0 {
+		sql, args = citusLease(sh, sqlCitusRelease, p.ID, p.Token)
+	}
 	op := e.begin("release", p.ID, p.Token, "", "")
-	l, err := e.casLease(ctx, "release", p.ID, p.Token, sqlRelease, p.ID, p.Token)
+	l, err := e.casLease(ctx, "release", p.ID, p.Token, sql, args...)
 	e.end(op, l.Token, err)
 	return l, err
 }
@@ -423,6 +451,11 @@ func (e *Engine) LeaseTransfer(ctx context.Context, p *LeaseTransferParams) (Lea
 	}
 	if p.To == "" {
 		return Lease{}, invalid("transfer to an empty holder")
+	}
+	if sh, err := e.poolShape(ctx); err != nil {
+		return Lease{}, dbError(fmt.Sprintf("transfer id %d", p.ID), err)
+	} else if len(sh.shards) > 0 {
+		return Lease{}, errCitus("transfer")
 	}
 	var ttl any
 	if p.TTL != 0 {

@@ -14,6 +14,9 @@ import (
 // leaf partitions of a hash-partitioned pool, none for a plain table.
 type shape struct {
 	parts []string // schema-qualified, quoted
+	// shards are the shard column's values of a pool laid out on Citus,
+	// one per Citus shard in slot order (see citus.go); none otherwise.
+	shards []int32
 }
 
 // sqlPartitions lists the leaves of a partitioned pool (pg_partition_tree
@@ -39,7 +42,11 @@ func (e *Engine) poolShape(ctx context.Context) (*shape, error) {
 	if err != nil {
 		return nil, err
 	}
-	sh := &shape{parts: parts}
+	shards, err := citusShards(ctx, e.db)
+	if err != nil {
+		return nil, err
+	}
+	sh := &shape{parts: parts, shards: shards}
 	e.shape.Store(sh)
 	return sh, nil
 }

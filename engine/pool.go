@@ -48,6 +48,13 @@ func (e *Engine) Refill(ctx context.Context, count int) (int64, error) {
 	if count <= 0 || count > MaxSeed {
 		return 0, invalid("count %d: seed between 1 and %d ids", count, MaxSeed)
 	}
+	sh, err := e.poolShape(ctx)
+	if err != nil {
+		return 0, dbError("seed", err)
+	}
+	if len(sh.shards) > 0 {
+		return e.refillCitus(ctx, count)
+	}
 	var seq *string
 	if err := e.db.QueryRow(ctx, "SELECT pg_get_serial_sequence('resource_pool', 'id')").Scan(&seq); err != nil {
 		return 0, dbError("seed", err)

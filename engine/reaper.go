@@ -105,6 +105,13 @@ func (e *Engine) reap(ctx context.Context, p *LeaseReapParams) (ReapResult, erro
 	if p.Grace < 0 {
 		return ReapResult{}, invalid("grace %v: must not be negative", p.Grace)
 	}
+	sh, err := e.poolShape(ctx)
+	if err != nil {
+		return ReapResult{}, dbError("reap", err)
+	}
+	if len(sh.shards) > 0 {
+		return e.reapCitus(ctx, sh, p)
+	}
 	rows, err := e.db.Query(ctx, withLimit(sqlReap, p.Batch), p.Now, durationMicros(p.Grace))
 	if err != nil {
 		return ReapResult{}, dbError("reap", err)

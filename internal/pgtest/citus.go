@@ -10,7 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgembed"
+	"github.com/pooltop-dev/pooltop/migrations"
 )
 
 // The Citus cluster of a test binary: a coordinator and two workers on
@@ -31,7 +33,11 @@ func CitusDSN(t testing.TB) string {
 	citus.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		citus.cluster, citus.err = pgembed.StartCitus(ctx, pgembed.Options{Database: "pooltop_test"}, 2)
+		// Prepared transactions are left in pg_dist_transaction, not
+		// recovered: the tests count them to prove a statement did not
+		// commit in two phases.
+		citus.cluster, citus.err = pgembed.StartCitus(ctx, pgembed.Options{Database: "pooltop_test",
+			Settings: map[string]string{"citus.recover_2pc_interval": "-1"}}, 2)
 	})
 	if errors.Is(citus.err, pgembed.ErrNoCitus) && os.Getenv("POOLTOP_REQUIRE_CITUS") == "" && os.Getenv("CI") == "" {
 		t.Skipf("%v: %s", citus.err, pgembed.CitusAdvice)
@@ -81,4 +87,48 @@ func stopCitus() {
 	if citus.cluster != nil {
 		_ = citus.cluster.Stop()
 	}
+}
+
+// CitusEngine is an engine on a pool migrated on the test binary's Citus
+// cluster, in a schema of the test's own, seeded with size ids; its pool
+// is closed at cleanup. It returns the schema too.
+func CitusEngine(t testing.TB, ctx context.Context, size int) (*engine.Engine, string) {
+	t.Helper()
+	schema := CitusSchema(t)
+	cfg, err := pgx.ParseConfig(CitusDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Apply(ctx, cfg, schema, migrations.Options{}); err != nil {
+		t.Fatalf("pgtest: migrate on Citus: %v", err)
+	}
+	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: CitusDSN(t), Schema: schema, AppName: schema, MaxConns: 8})
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	e := engine.New(pool)
+	if size > 0 {
+		if _, err := e.Seed(ctx, size); err != nil {
+			t.Fatalf("pgtest: seed on Citus: %v", err)
+		}
+	}
+	return e, schema
+}
+
+// CitusConn opens one connection to the coordinator on schema, closed at
+// cleanup.
+func CitusConn(t testing.TB, schema string) *pgx.Conn {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(CitusDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
 }

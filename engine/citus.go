@@ -1,0 +1,192 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A pool migrated on a Citus coordinator (see package migrations) is
+// distributed by a shard column, one value of it per Citus shard, and its
+// lease operations are functions that Citus delegates to the node holding
+// the shard. The engine reads the shard values once, with the pool's
+// layout; each operation then names its shard: a claim one shard at a time
+// from a random one (as on partitions), an operation on a lease the shard
+// of its id (id mod the number of shards is the shard's slot).
+
+// sqlCitusShards reads the shard values migrate recorded, in slot order.
+const sqlCitusShards = `SELECT coalesce((SELECT string_to_array(value, ',')::int[] FROM pooltop_meta WHERE key = 'citus_shards'), '{}')`
+
+// citusShards returns the shard values of a pool laid out on Citus, none
+// for any other pool.
+func citusShards(ctx context.Context, db DBTX) ([]int32, error) {
+	var meta bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass('pooltop_meta') IS NOT NULL`).Scan(&meta); err != nil || !meta {
+		return nil, err
+	}
+	var shards []int32
+	err := db.QueryRow(ctx, sqlCitusShards).Scan(&shards)
+	return shards, err
+}
+
+// Citus says whether the pool is laid out on Citus, and in how many shards.
+func (e *Engine) Citus(ctx context.Context) (bool, int, error) {
+	sh, err := e.poolShape(ctx)
+	if err != nil {
+		return false, 0, dbError("read the pool's layout", err)
+	}
+	return len(sh.shards) > 0, len(sh.shards), nil
+}
+
+// shardOf is the shard value of id.
+func (sh *shape) shardOf(id int64) int32 {
+	n := int64(len(sh.shards))
+	return sh.shards[((id%n)+n)%n]
+}
+
+// The statements of the lease operations on Citus: a call of the
+// delegated function, alone in its statement so that Citus passes it to
+// the node holding the shard.
+const (
+	sqlCitusClaim   = `SELECT id, identifier, lease_token, leased_until FROM pooltop_claim($1::int, $2::text, $3::bigint, $4::int)`
+	sqlCitusCommit  = `SELECT ledger_id, resource_id, lease_token, created_at, 0 FROM pooltop_commit($1::int, $2::bigint, $3::bigint, $4::text, $5::text, $6::text)`
+	sqlCitusRenew   = `SELECT id, identifier, lease_token, leased_until, holder FROM pooltop_renew($1::int, $2::bigint, $3::bigint, $4::bigint)`
+	sqlCitusRelease = `SELECT id, identifier, lease_token, leased_until, holder FROM pooltop_release($1::int, $2::bigint, $3::bigint)`
+	sqlCitusReap    = `SELECT id, expired, at, held FROM pooltop_reap($1::int, $2::bigint, $3::int)`
+	// The ledger's row of a request, on the shard of the id it names.
+	sqlCitusLedgerByRequest = `
+SELECT id, resource_id, lease_token, payload, created_at
+FROM business_ledger WHERE shard = $2 AND request_id = $1`
+	// The seed: ids from the schema's own sequence, each id's identifier
+	// from it as on one server, its shard from the identifier, and the id
+	// made to carry the shard's slot. Through the coordinator, which sends
+	// each row to its shard.
+	sqlCitusSeed = `
+INSERT INTO resource_pool (shard, id, identifier)
+SELECT m.v[x.slot + 1], x.n * cardinality(m.v) + x.slot, x.identifier
+FROM (SELECT string_to_array(value, ',')::int[] AS v FROM pooltop_meta WHERE key = 'citus_shards') AS m,
+     LATERAL (SELECT i.n, i.identifier, (hashtext(i.identifier) & 2147483647) % cardinality(m.v) AS slot
+              FROM (SELECT s.n, 'res-' || lpad(s.n::text, greatest(10, length(s.n::text)), '0') AS identifier
+                    FROM (SELECT nextval('pooltop_seed_seq') AS n FROM generate_series(1, $1::bigint)) AS s) AS i) AS x
+ON CONFLICT DO NOTHING`
+)
+
+// errCitus is returned for what the Citus layout does not offer yet.
+func errCitus(what string) error {
+	return invalid("%s is not available on a pool laid out on Citus: claim with skip-locked, commit with the fence", what)
+}
+
+// acquireCitus claims up to n ids from one shard, trying the shards in
+// turn from a random one until one hands out rows.
+func (e *Engine) acquireCitus(ctx context.Context, sh *shape, p *LeaseAcquireParams, ttl any) ([]Lease, error) {
+	if p.Strategy != SkipLocked {
+		return nil, errCitus("the " + p.Strategy.String() + " strategy")
+	}
+	names := make([]string, len(sh.shards))
+	for i, v := range sh.shards {
+		names[i] = strconv.Itoa(int(v))
+	}
+	return e.onPartitions(names, func(shard string) ([]Lease, error) {
+		v, _ := strconv.Atoi(shard)
+		return e.acquireRows(ctx, e.db, sqlCitusClaim, v, p.Holder, ttl, p.N)
+	})
+}
+
+// reapCitus runs the reap on every shard, one delegated call per shard,
+// each of up to p.Batch rows. Reclaimed is the total, so it reaches p.Batch
+// whenever one shard's batch was full. The calls go one after the other,
+// not in one pipeline: a pipeline is one transaction, and one that wrote
+// on two nodes would be committed in two phases.
+func (e *Engine) reapCitus(ctx context.Context, sh *shape, p *LeaseReapParams) (ReapResult, error) {
+	if p.Now != nil {
+		return ReapResult{}, errCitus("a reap at a given time")
+	}
+	var res ReapResult
+	for _, v := range sh.shards {
+		rows, err := e.db.Query(ctx, sqlCitusReap, v, durationMicros(p.Grace), p.Batch)
+		if err != nil {
+			return ReapResult{}, dbError("reap", err)
+		}
+		for rows.Next() {
+			var id int64
+			var expired *time.Time
+			var at time.Time
+			var held bool
+			if err := rows.Scan(&id, &expired, &at, &held); err != nil {
+				rows.Close()
+				return ReapResult{}, dbError("reap", err)
+			}
+			if held {
+				res.Held = append(res.Held, id)
+				if res.at.IsZero() || at.Before(res.at) {
+					res.at = at
+				}
+				continue
+			}
+			res.IDs = append(res.IDs, id)
+			r := reapedAt{reclaimed: at}
+			if expired != nil {
+				r.expired = *expired
+				res.MaxLag = max(res.MaxLag, at.Sub(*expired))
+			}
+			res.expired = append(res.expired, r)
+		}
+		if err := rows.Err(); err != nil {
+			return ReapResult{}, dbError("reap", err)
+		}
+	}
+	res.Reclaimed = len(res.IDs)
+	return res, nil
+}
+
+// seedCitus adds n ids in one statement and returns how many.
+func (e *Engine) seedCitus(ctx context.Context, n int64) (int64, error) {
+	tag, err := e.db.Exec(ctx, sqlCitusSeed, n)
+	return tag.RowsAffected(), err
+}
+
+// isCitusRequestTaken says err is the unique violation of a request id on
+// Citus, where each shard names its constraint after the shard
+// (business_ledger_request_id_key_102008).
+func isCitusRequestTaken(err error) bool {
+	var pgErr interface{ SQLState() string }
+	if !errors.As(err, &pgErr) || pgErr.SQLState() != "23505" {
+		return false
+	}
+	return strings.Contains(err.Error(), "business_ledger_request_id_key")
+}
+
+// citusLease is the call of a lease operation on id's shard.
+func citusLease(sh *shape, sql string, id int64, args ...any) (string, []any) {
+	return sql, append([]any{sh.shardOf(id), id}, args...)
+}
+
+// commitBatchCitus commits items one by one on their shards: a pipeline is
+// one transaction, and one that wrote on two nodes would be committed in
+// two phases.
+func (e *Engine) commitBatchCitus(ctx context.Context, holder string, items []CommitItem, results []CommitResult, errs []error) {
+	for i, it := range items {
+		results[i], errs[i] = e.commit(ctx, &LeaseCommitParams{ID: it.ID, Token: it.Token, Holder: holder, RequestID: it.RequestID, Payload: it.Payload})
+	}
+}
+
+// refillCitus adds count ids in chunks of seedChunk.
+func (e *Engine) refillCitus(ctx context.Context, count int) (int64, error) {
+	var inserted int64
+	for left := int64(count); left > 0; {
+		n := min(left, seedChunk)
+		added, err := e.seedCitus(ctx, n)
+		inserted += added
+		if err != nil {
+			return inserted, dbError("seed", err)
+		}
+		if added < n {
+			return inserted, fmt.Errorf("%w: %d of %d: identifiers made from new ids are taken by rows named otherwise: seed the rest with the producer that named them", ErrSeedShort, inserted, count)
+		}
+		left -= n
+	}
+	return inserted, nil
+}

@@ -1,0 +1,268 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgtest"
+	"github.com/pooltop-dev/pooltop/migrations"
+)
+
+// preparedTransactions counts the transactions the sessions named app
+// committed in two phases through the coordinator (the test cluster does
+// not recover them; a transaction's name holds its coordinator session's
+// pid: citus_<group>_<pid>_<number>_<connection>).
+func preparedTransactions(t *testing.T, conn *pgx.Conn, app string) int {
+	t.Helper()
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_dist_transaction
+		WHERE split_part(gid, '_', 3)::int IN (SELECT pid FROM pg_stat_activity WHERE application_name = $1)`, app).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// The whole cycle on a pool laid out on Citus: claims from the shards,
+// fenced commits, a replay, a stale token refused, renew and release,
+// each id claimed once, an effect per commit, and not one transaction
+// committed in two phases.
+func TestCitusCycle(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const size = 400
+	e, schema := pgtest.CitusEngine(t, ctx, size)
+	conn := pgtest.CitusConn(t, schema)
+	before := preparedTransactions(t, conn, schema)
+	if before == 0 {
+		t.Fatal("the seed, which wrote on both workers, left no transaction committed in two phases: the count does not see this engine's")
+	}
+	seen := map[int64]bool{}
+	committed := 0
+	for i := 0; ; i++ {
+		leases, err := e.LeaseAcquire(ctx, &engine.LeaseAcquireParams{N: 3, TTL: time.Minute, Holder: "w", Strategy: engine.SkipLocked})
+		if errors.Is(err, engine.ErrPoolEmpty) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range leases {
+			if seen[l.ID] {
+				t.Fatalf("id %d claimed twice", l.ID)
+			}
+			seen[l.ID] = true
+			switch i % 4 {
+			case 0: // renewed, then committed
+				if _, err := e.LeaseRenew(ctx, &engine.LeaseRenewParams{ID: l.ID, Token: l.Token, TTL: time.Minute}); err != nil {
+					t.Fatal(err)
+				}
+			case 1: // released: claimed again later under a higher token
+				r, err := e.LeaseRelease(ctx, &engine.LeaseReleaseParams{ID: l.ID, Token: l.Token})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Token != l.Token+1 {
+					t.Fatalf("release of id %d at token %d gave token %d", l.ID, l.Token, r.Token)
+				}
+				delete(seen, l.ID)
+				continue
+			}
+			req := fmt.Sprintf("req-%d", l.ID)
+			if _, err := e.LeaseCommit(ctx, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: "w", RequestID: req, Payload: "p"}); err != nil {
+				t.Fatal(err)
+			}
+			committed++
+			again, err := e.LeaseCommit(ctx, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: "w", RequestID: req, Payload: "p"})
+			if err != nil || !again.Replayed {
+				t.Fatalf("replay of %s: %+v, %v; want the first result, replayed", req, again, err)
+			}
+			if _, err := e.LeaseCommit(ctx, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token - 1, Holder: "z", RequestID: req + "-zombie", Payload: "p"}); !errors.Is(err, engine.ErrStaleToken) && !errors.Is(err, engine.ErrLeaseLost) {
+				t.Fatalf("a commit of id %d at its old token %d: %v; want it refused", l.ID, l.Token-1, err)
+			}
+		}
+	}
+	if committed != size {
+		t.Fatalf("%d ids committed; the pool held %d", committed, size)
+	}
+	var effects, consumed, distinct int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM business_ledger)::int, (SELECT count(*) FROM resource_pool WHERE status = 'CONSUMED')::int,
+		(SELECT count(DISTINCT resource_id) FROM business_ledger)::int`).Scan(&effects, &consumed, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if effects != size || consumed != size || distinct != size {
+		t.Fatalf("%d effects on %d ids, %d CONSUMED; want %d of each", effects, distinct, consumed, size)
+	}
+	if after := preparedTransactions(t, conn, schema); after != before {
+		t.Fatalf("%d transactions committed in two phases during the cycle; want none", after-before)
+	}
+}
+
+// Each lease operation is one call that the coordinator passes whole to
+// the node holding the shard (Citus says "pushing down the function
+// call"), also inside pooltop's transaction (BEGIN, settings, call).
+func TestCitusOperationsAreDelegated(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, schema := pgtest.CitusEngine(t, ctx, 100)
+	cfg, err := pgx.ParseConfig(pgtest.CitusDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	cfg.RuntimeParams["client_min_messages"] = "debug1"
+	var mu sync.Mutex
+	var notices []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		defer mu.Unlock()
+		notices = append(notices, n.Message)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	// The engine on the one connection that collects the notices.
+	e := engine.New(conn)
+	pushed := func(what string, op func() error) {
+		t.Helper()
+		mu.Lock()
+		notices = nil
+		mu.Unlock()
+		if err := op(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range notices {
+			if strings.Contains(n, "pushing down") {
+				return
+			}
+		}
+		t.Fatalf("%s was not delegated to the shard's node; Citus said: %q", what, notices)
+	}
+	if on, shards, err := e.Citus(ctx); err != nil || !on || shards != migrations.CitusShards {
+		t.Fatalf("the engine sees Citus %v with %d shards (%v); want %d", on, shards, err, migrations.CitusShards)
+	}
+	var l engine.Lease
+	pushed("claim", func() error {
+		leases, err := e.LeaseAcquire(ctx, &engine.LeaseAcquireParams{N: 1, TTL: time.Minute, Holder: "w", Strategy: engine.SkipLocked})
+		if err == nil {
+			l = leases[0]
+		}
+		return err
+	})
+	pushed("renew", func() error {
+		_, err := e.LeaseRenew(ctx, &engine.LeaseRenewParams{ID: l.ID, Token: l.Token, TTL: time.Minute})
+		return err
+	})
+	pushed("release", func() error {
+		r, err := e.LeaseRelease(ctx, &engine.LeaseReleaseParams{ID: l.ID, Token: l.Token})
+		l.Token = r.Token
+		return err
+	})
+	pushed("claim in a transaction", func() error {
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', '2s', true)`); err != nil {
+				return err
+			}
+			leases, err := engine.New(tx.Conn()).LeaseAcquire(ctx, &engine.LeaseAcquireParams{N: 1, TTL: time.Minute, Holder: "w", Strategy: engine.SkipLocked})
+			if err == nil {
+				l = leases[0]
+			}
+			return err
+		})
+	})
+	pushed("commit", func() error {
+		_, err := e.LeaseCommit(ctx, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: "w", RequestID: "r", Payload: "p"})
+		return err
+	})
+	pushed("reap", func() error {
+		_, err := e.LeaseReap(ctx, &engine.LeaseReapParams{Batch: 10})
+		return err
+	})
+}
+
+// The reaper reclaims expired leases on every shard, bumping each token,
+// and the old holder's commit is refused.
+func TestCitusReaperReclaims(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e, schema := pgtest.CitusEngine(t, ctx, 200)
+	conn := pgtest.CitusConn(t, schema)
+	leases, err := e.LeaseAcquire(ctx, &engine.LeaseAcquireParams{N: 5, TTL: time.Millisecond, Holder: "gone", Strategy: engine.SkipLocked})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, "the leases expire on their node's clock", 30*time.Second, func() bool {
+		var live int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM resource_pool WHERE status = 'PENDING' AND leased_until >= clock_timestamp()`).Scan(&live); err != nil {
+			t.Fatal(err)
+		}
+		return live == 0
+	})
+	res, err := e.LeaseReap(ctx, &engine.LeaseReapParams{Batch: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Reclaimed != len(leases) {
+		t.Fatalf("reaped %d of %d expired leases", res.Reclaimed, len(leases))
+	}
+	for _, l := range leases {
+		_, err := e.LeaseCommit(ctx, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: "gone", RequestID: fmt.Sprint("late-", l.ID), Payload: "p"})
+		if !errors.Is(err, engine.ErrStaleToken) {
+			t.Fatalf("the reaped holder's commit of id %d: %v; want a stale token", l.ID, err)
+		}
+	}
+	var unused int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM resource_pool WHERE status = 'UNUSED'`).Scan(&unused); err != nil {
+		t.Fatal(err)
+	}
+	if unused != 200 {
+		t.Fatalf("%d UNUSED after the reap; want all 200", unused)
+	}
+}
+
+// Seeds running at once add every id asked for, each identifier once,
+// each row in its identifier's shard.
+func TestCitusConcurrentSeeds(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e, schema := pgtest.CitusEngine(t, ctx, 0)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = e.Seed(ctx, 2500)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := pgtest.CitusConn(t, schema)
+	var rows, identifiers, ids, shards int
+	if err := conn.QueryRow(ctx, `SELECT count(*)::int, count(DISTINCT identifier)::int, count(DISTINCT id)::int, count(DISTINCT shard)::int FROM resource_pool`).Scan(&rows, &identifiers, &ids, &shards); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 10000 || identifiers != rows || ids != rows || shards != migrations.CitusShards {
+		t.Fatalf("%d rows, %d identifiers, %d ids over %d shards; want 10000 of each over %d", rows, identifiers, ids, shards, migrations.CitusShards)
+	}
+}
