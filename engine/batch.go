@@ -183,6 +183,11 @@ type AuditReport struct {
 	BadStatus      int64 `json:"bad_status"`
 	BadUpdatedAt   int64 `json:"bad_updated_at"`
 	TokenExhausted int64 `json:"token_exhausted"`
+	// DuplicateIdentifiers: identifiers held by more than one row, which
+	// nothing in the database prevents on a partitioned pool (its unique
+	// index holds the id) and a check constraint prevents on Citus; two
+	// holders could hold one identifier.
+	DuplicateIdentifiers int64 `json:"duplicate_identifiers"`
 	// Violations lists, in words, every invariant that does not hold;
 	// Findings gives the same with their kind and count, for programs.
 	Violations []string  `json:"violations"`
@@ -206,6 +211,7 @@ const (
 	FindingEffectOnUnconsumed    FindingKind = "effect_on_unconsumed"
 	FindingPendingUnleased       FindingKind = "pending_unleased"
 	FindingReaperLag             FindingKind = "reaper_lag"
+	FindingDuplicateIdentifier   FindingKind = "duplicate_identifier"
 )
 
 // Finding is one broken invariant: its kind, how many rows, and in words.
@@ -242,10 +248,37 @@ WITH pool AS (
 ), doubles AS (
     SELECT count(*) AS doubles FROM (
         SELECT resource_id FROM business_ledger GROUP BY resource_id HAVING count(*) > 1) d
+), idents AS (%s
 )
 SELECT total, unused, pending, consumed, unleased, past_grace, oldest_ms, consumed_without,
-       effects, stale, unissued, on_unconsumed, doubles, forever, no_status, no_updated, exhausted
-FROM pool, ledger, doubles`
+       effects, stale, unissued, on_unconsumed, doubles, forever, no_status, no_updated, exhausted, dup
+FROM pool, ledger, doubles, idents`
+
+// The audit's count of identifiers held by several rows: counted where
+// the layout does not make an identifier unique by itself, 0 where the
+// pool's unique index does.
+const (
+	sqlAuditDuplicates = `
+    SELECT count(*) AS dup FROM (SELECT identifier FROM resource_pool GROUP BY identifier HAVING count(*) > 1) d`
+	sqlAuditUnique = `
+    SELECT 0::bigint AS dup`
+)
+
+// auditSQL is the audit for the pool's layout: on Citus each join of the
+// ledger to the pool is on the shard too, which Citus needs to run it on
+// each shard, and duplicate identifiers are counted on Citus and on a
+// partitioned pool.
+func auditSQL(sh *shape) string {
+	dup := sqlAuditUnique
+	if len(sh.parts) > 0 || len(sh.shards) > 0 {
+		dup = sqlAuditDuplicates
+	}
+	sql := fmt.Sprintf(sqlAudit, dup)
+	if len(sh.shards) > 0 {
+		sql = onShards(sql)
+	}
+	return sql
+}
 
 // Audit checks the invariants over the whole pool: conservation, at most one
 // effect per id, no effect with a stale token, no CONSUMED id without its
@@ -253,10 +286,14 @@ FROM pool, ledger, doubles`
 // a lease. It reads only, but scans both tables.
 func (e *Engine) Audit(ctx context.Context, grace time.Duration) (AuditReport, error) {
 	var a AuditReport
-	err := e.db.QueryRow(ctx, sqlAudit, durationMicros(grace)).Scan(&a.Total, &a.Unused, &a.Pending, &a.Consumed,
+	sh, err := e.poolShape(ctx)
+	if err != nil {
+		return a, dbError("audit", err)
+	}
+	err = e.db.QueryRow(ctx, auditSQL(sh), durationMicros(grace)).Scan(&a.Total, &a.Unused, &a.Pending, &a.Consumed,
 		&a.PendingUnleased, &a.PendingPastGrace, &a.OldestPastGraceMS, &a.ConsumedWithoutEffect,
 		&a.Effects, &a.StaleEffects, &a.UnissuedEffects, &a.EffectsOnUnconsumed, &a.DoubleFinalizations,
-		&a.PendingForever, &a.BadStatus, &a.BadUpdatedAt, &a.TokenExhausted)
+		&a.PendingForever, &a.BadStatus, &a.BadUpdatedAt, &a.TokenExhausted, &a.DuplicateIdentifiers)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, fmt.Errorf("audit: no result")
 	}
@@ -287,6 +324,7 @@ func (e *Engine) Audit(ctx context.Context, grace time.Duration) (AuditReport, e
 		{FindingUnissuedEffect, a.UnissuedEffects, "%d effects were written with a token the id was never given (committed without the fence)"},
 		{FindingEffectOnUnconsumed, a.EffectsOnUnconsumed, "%d effects belong to ids that are not CONSUMED"},
 		{FindingPendingUnleased, a.PendingUnleased, "%d PENDING ids have no lease: nothing will ever reclaim them"},
+		{FindingDuplicateIdentifier, a.DuplicateIdentifiers, "%d identifiers are held by more than one row: two holders can hold one identifier"},
 	} {
 		kind = c.kind
 		add(c.n, c.format)

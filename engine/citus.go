@@ -159,6 +159,16 @@ func isCitusRequestTaken(err error) bool {
 	return strings.Contains(err.Error(), "business_ledger_request_id_key")
 }
 
+// onShards rewrites a statement that joins the ledger to the pool by id so
+// that it joins them by shard and id: Citus runs a join of two distributed
+// tables shard by shard only when it is on their distribution column.
+func onShards(sql string) string {
+	return strings.NewReplacer(
+		"b.resource_id = r.id", "b.shard = r.shard AND b.resource_id = r.id",
+		"r.id = b.resource_id", "r.shard = b.shard AND r.id = b.resource_id",
+	).Replace(sql)
+}
+
 // citusLease is the call of a lease operation on id's shard.
 func citusLease(sh *shape, sql string, id int64, args ...any) (string, []any) {
 	return sql, append([]any{sh.shardOf(id), id}, args...)

@@ -129,10 +129,18 @@ func (e *Engine) end(op *HistoryOp, newToken int64, err error) {
 // status as the outcome, the request ids of their effects (comma-separated,
 // in ledger order) as the request.
 func (e *Engine) Finals(ctx context.Context, ids []int64, at int64) ([]HistoryOp, error) {
-	rows, err := e.db.Query(ctx, `
+	sh, err := e.poolShape(ctx)
+	if err != nil {
+		return nil, dbError("read the final state", err)
+	}
+	sql := `
 SELECT r.id, coalesce(r.status, ''),
        coalesce((SELECT string_agg(b.request_id, ',' ORDER BY b.id) FROM business_ledger b WHERE b.resource_id = r.id), '')
-FROM resource_pool r WHERE r.id = ANY($1)`, ids)
+FROM resource_pool r WHERE r.id = ANY($1)`
+	if len(sh.shards) > 0 {
+		sql = onShards(sql)
+	}
+	rows, err := e.db.Query(ctx, sql, ids)
 	if err != nil {
 		return nil, dbError("read the final state", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -516,7 +517,15 @@ func (e *Engine) Show(ctx context.Context, id int64) (Row, error) {
 		return Row{}, invalid("id %d: ids are positive", id)
 	}
 	var r Row
-	err := e.db.QueryRow(ctx, sqlShow, id).Scan(&r.ID, &r.Identifier, &r.Status, &r.Token,
+	sh, err := e.poolShape(ctx)
+	if err != nil {
+		return Row{}, dbError(fmt.Sprintf("show id %d", id), err)
+	}
+	sql, args := sqlShow, []any{id}
+	if len(sh.shards) > 0 {
+		sql, args = onShards(strings.Replace(sqlShow, "WHERE id = $1", "WHERE r.shard = $2 AND r.id = $1", 1)), []any{id, sh.shardOf(id)}
+	}
+	err = e.db.QueryRow(ctx, sql, args...).Scan(&r.ID, &r.Identifier, &r.Status, &r.Token,
 		&r.LeasedUntil, &r.Holder, &r.UpdatedAt, &r.Expired, &r.Effects, &r.Note)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Row{}, &LeaseError{Op: "show", ID: id, Err: ErrNotFound}
