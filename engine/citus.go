@@ -1,12 +1,16 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A pool migrated on a Citus coordinator (see package migrations) is
@@ -20,16 +24,113 @@ import (
 // sqlCitusShards reads the shard values migrate recorded, in slot order.
 const sqlCitusShards = `SELECT coalesce((SELECT string_to_array(value, ',')::int[] FROM pooltop_meta WHERE key = 'citus_shards'), '{}')`
 
-// citusShards returns the shard values of a pool laid out on Citus, none
-// for any other pool.
-func citusShards(ctx context.Context, db DBTX) ([]int32, error) {
+// sqlCitusNodes names the node holding each shard value (host:port), in
+// the values' order.
+const sqlCitusNodes = `
+SELECT coalesce(array_agg(p.nodename || ':' || p.nodeport ORDER BY v.ord), '{}')
+FROM unnest($1::int[]) WITH ORDINALITY AS v(value, ord)
+JOIN pg_dist_shard_placement AS p ON p.shardid = get_shard_id_for_distribution_column('resource_pool'::regclass, v.value)`
+
+// citusShards returns the shard values of a pool laid out on Citus and the
+// node holding each, none for any other pool.
+func citusShards(ctx context.Context, db DBTX) ([]int32, []string, error) {
 	var meta bool
 	if err := db.QueryRow(ctx, `SELECT to_regclass('pooltop_meta') IS NOT NULL`).Scan(&meta); err != nil || !meta {
-		return nil, err
+		return nil, nil, err
 	}
 	var shards []int32
-	err := db.QueryRow(ctx, sqlCitusShards).Scan(&shards)
-	return shards, err
+	if err := db.QueryRow(ctx, sqlCitusShards).Scan(&shards); err != nil || len(shards) == 0 {
+		return nil, nil, err
+	}
+	var nodes []string
+	if err := db.QueryRow(ctx, sqlCitusNodes, shards).Scan(&nodes); err != nil {
+		return nil, nil, err
+	}
+	if len(nodes) != len(shards) {
+		return nil, nil, fmt.Errorf("%d shard values placed on %d nodes: is a shard being moved?", len(shards), len(nodes))
+	}
+	return shards, nodes, nil
+}
+
+// nodeDown says err is Citus failing to reach the node of a shard (or the
+// engine failing to reach the coordinator): SQLSTATE class 08.
+func nodeDown(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "08")
+}
+
+// nodeHealth remembers the Citus nodes that did not answer: their shards
+// are skipped by claims and reaps until a backoff has passed (doubling
+// from nodeRetry at each failure, up to nodeRetryMax), then tried again.
+type nodeHealth struct {
+	mu    sync.Mutex
+	nodes map[string]*nodeState
+}
+
+type nodeState struct {
+	until time.Time     // skipped until then
+	wait  time.Duration // the next backoff
+	err   error         // the failure that marked it down
+}
+
+const (
+	nodeRetry    = 100 * time.Millisecond
+	nodeRetryMax = 5 * time.Second
+)
+
+// down marks node as not answering with err.
+func (h *nodeHealth) down(node string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.nodes == nil {
+		h.nodes = map[string]*nodeState{}
+	}
+	n := h.nodes[node]
+	if n == nil {
+		n = &nodeState{wait: nodeRetry}
+		h.nodes[node] = n
+	}
+	n.until, n.err = time.Now().Add(n.wait), err
+	n.wait = min(2*n.wait, nodeRetryMax)
+}
+
+// up forgets a node's failures.
+func (h *nodeHealth) up(node string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.nodes, node)
+}
+
+// skipped returns the failure of node while it is to be skipped, nil when
+// it is to be tried.
+func (h *nodeHealth) skipped(node string, now time.Time) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n := h.nodes[node]; n != nil && now.Before(n.until) {
+		return n.err
+	}
+	return nil
+}
+
+// onShard runs op on shard k of sh unless its node is being skipped. A
+// node that does not answer is marked down, and the pool's layout is read
+// again at the next call (its shards may have moved). It returns the
+// node's error when the shard was skipped or its node failed.
+func (e *Engine) onShard(sh *shape, k int, now time.Time, op func(value int32) error) error {
+	node := sh.nodes[k]
+	if err := e.nodes.skipped(node, now); err != nil {
+		return err
+	}
+	err := op(sh.shards[k])
+	switch {
+	case err == nil:
+		e.nodes.up(node)
+	case nodeDown(err):
+		e.nodes.down(node, err)
+		e.stats.nodeFailures.Add(1)
+		e.shape.Store(nil)
+	}
+	return err
 }
 
 // Citus says whether the pool is laid out on Citus, and in how many shards.
@@ -80,19 +181,37 @@ func errCitus(what string) error {
 }
 
 // acquireCitus claims up to n ids from one shard, trying the shards in
-// turn from a random one until one hands out rows.
+// turn from a random one until one hands out rows (seed 001 §6.2). A shard
+// whose node does not answer is passed over, and so are the other shards
+// of that node for a while (see nodeHealth). When no shard handed out
+// rows and some could not be reached, the claim fails with the node's
+// error, not ErrPoolEmpty: the pool is not known to be empty.
 func (e *Engine) acquireCitus(ctx context.Context, sh *shape, p *LeaseAcquireParams, ttl any) ([]Lease, error) {
 	if p.Strategy != SkipLocked {
 		return nil, errCitus("the " + p.Strategy.String() + " strategy")
 	}
-	names := make([]string, len(sh.shards))
-	for i, v := range sh.shards {
-		names[i] = strconv.Itoa(int(v))
+	now := time.Now()
+	start := rand.IntN(len(sh.shards))
+	var unreached error
+	for i := range sh.shards {
+		k := (start + i) % len(sh.shards)
+		var leases []Lease
+		err := e.onShard(sh, k, now, func(v int32) (err error) {
+			leases, err = e.acquireRows(ctx, e.db, sqlCitusClaim, v, p.Holder, ttl, p.N)
+			return err
+		})
+		switch {
+		case err != nil && nodeDown(err) && ctx.Err() == nil:
+			unreached = cmp.Or(unreached, err)
+			continue
+		case err != nil:
+			return nil, err
+		case len(leases) > 0:
+			return leases, nil
+		}
+		e.stats.fallthroughs.Add(1)
 	}
-	return e.onPartitions(names, func(shard string) ([]Lease, error) {
-		v, _ := strconv.Atoi(shard)
-		return e.acquireRows(ctx, e.db, sqlCitusClaim, v, p.Holder, ttl, p.N)
-	})
+	return nil, unreached
 }
 
 // reapCitus runs the reap on every shard, one delegated call per shard,
@@ -105,41 +224,59 @@ func (e *Engine) reapCitus(ctx context.Context, sh *shape, p *LeaseReapParams) (
 		return ReapResult{}, errCitus("a reap at a given time")
 	}
 	var res ReapResult
-	for _, v := range sh.shards {
-		rows, err := e.db.Query(ctx, sqlCitusReap, v, durationMicros(p.Grace), p.Batch)
-		if err != nil {
+	now := time.Now()
+	reached := false
+	var unreached error
+	for k := range sh.shards {
+		err := e.onShard(sh, k, now, func(v int32) error { return e.reapShard(ctx, &res, v, p) })
+		switch {
+		case err != nil && nodeDown(err) && ctx.Err() == nil:
+			unreached = cmp.Or(unreached, err)
+		case err != nil:
 			return ReapResult{}, dbError("reap", err)
+		default:
+			reached = true
 		}
-		for rows.Next() {
-			var id int64
-			var expired *time.Time
-			var at time.Time
-			var held bool
-			if err := rows.Scan(&id, &expired, &at, &held); err != nil {
-				rows.Close()
-				return ReapResult{}, dbError("reap", err)
-			}
-			if held {
-				res.Held = append(res.Held, id)
-				if res.at.IsZero() || at.Before(res.at) {
-					res.at = at
-				}
-				continue
-			}
-			res.IDs = append(res.IDs, id)
-			r := reapedAt{reclaimed: at}
-			if expired != nil {
-				r.expired = *expired
-				res.MaxLag = max(res.MaxLag, at.Sub(*expired))
-			}
-			res.expired = append(res.expired, r)
-		}
-		if err := rows.Err(); err != nil {
-			return ReapResult{}, dbError("reap", err)
-		}
+	}
+	if !reached && unreached != nil {
+		return ReapResult{}, dbError("reap", unreached)
 	}
 	res.Reclaimed = len(res.IDs)
 	return res, nil
+}
+
+// reapShard runs the reap on the shard of value v and adds what it
+// reclaimed and passed over to res.
+func (e *Engine) reapShard(ctx context.Context, res *ReapResult, v int32, p *LeaseReapParams) error {
+	rows, err := e.db.Query(ctx, sqlCitusReap, v, durationMicros(p.Grace), p.Batch)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var expired *time.Time
+		var at time.Time
+		var held bool
+		if err := rows.Scan(&id, &expired, &at, &held); err != nil {
+			return err
+		}
+		if held {
+			res.Held = append(res.Held, id)
+			if res.at.IsZero() || at.Before(res.at) {
+				res.at = at
+			}
+			continue
+		}
+		res.IDs = append(res.IDs, id)
+		r := reapedAt{reclaimed: at}
+		if expired != nil {
+			r.expired = *expired
+			res.MaxLag = max(res.MaxLag, at.Sub(*expired))
+		}
+		res.expired = append(res.expired, r)
+	}
+	return rows.Err()
 }
 
 // seedCitus adds n ids in one statement and returns how many.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/pgembed"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 	"github.com/pooltop-dev/pooltop/migrations"
 )
@@ -265,4 +267,158 @@ func TestCitusConcurrentSeeds(t *testing.T) {
 	if rows != 10000 || identifiers != rows || ids != rows || shards != migrations.CitusShards {
 		t.Fatalf("%d rows, %d identifiers, %d ids over %d shards; want 10000 of each over %d", rows, identifiers, ids, shards, migrations.CitusShards)
 	}
+}
+
+// verify finds an identifier held by two rows where nothing in the
+// database prevents it (a partitioned pool: its unique index holds the
+// id), and finds none on a plain pool.
+func TestAuditCountsDuplicateIdentifiers(t *testing.T) {
+	for _, partitions := range pgtest.Shapes {
+		t.Run(pgtest.ShapeName(partitions), func(t *testing.T) {
+			ctx, db := pgtest.Setup(t, 10, pgtest.Options{Partitions: partitions})
+			_, err := db.Pool.Exec(ctx, `INSERT INTO resource_pool (id, identifier) SELECT 1000, identifier FROM resource_pool WHERE id = 1`)
+			a, aerr := db.Engine.Audit(ctx, time.Minute)
+			if aerr != nil {
+				t.Fatal(aerr)
+			}
+			switch {
+			case partitions == 0 && err == nil:
+				t.Fatal("a plain pool took an identifier twice")
+			case partitions == 0 && a.DuplicateIdentifiers != 0:
+				t.Fatalf("%d duplicate identifiers on a plain pool", a.DuplicateIdentifiers)
+			case partitions > 0 && err != nil:
+				t.Fatal(err)
+			case partitions > 0 && (a.DuplicateIdentifiers != 1 || !slicesContain(a.Findings, engine.FindingDuplicateIdentifier)):
+				t.Fatalf("a partitioned pool with one identifier twice: %d duplicates, findings %v", a.DuplicateIdentifiers, a.Findings)
+			}
+		})
+	}
+}
+
+func slicesContain(fs []engine.Finding, kind engine.FindingKind) bool {
+	for _, f := range fs {
+		if f.Kind == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// A worker node stopped hard (immediate shutdown) in the middle of a run:
+// claims go on at the other node's shards meanwhile, the reaper keeps
+// reaping there, and after the node is back every lease it held is
+// reclaimed or committed; no id is lost, none is finalized twice, and
+// verify is clean. On a cluster of the test's own.
+func TestCitusNodeStoppedHard(t *testing.T) {
+	t.Parallel()
+	pgtest.CitusDSN(t) // skips where Citus is not installed, as the other tests
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cluster, err := pgembed.StartCitus(ctx, pgembed.Options{Database: "pooltop_test"}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	cfg, err := pgx.ParseConfig(cluster.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Apply(ctx, cfg, "public", migrations.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: cluster.DSN(), MaxConns: 8, StatementTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	e := engine.New(pool)
+	const size = 3000
+	if _, err := e.Seed(ctx, size); err != nil {
+		t.Fatal(err)
+	}
+	reaper, err := e.NewReaper(engine.ReaperConfig{Interval: 50 * time.Millisecond, Batch: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reaper.Start(ctx)
+	defer reaper.Stop()
+	var committed, unreached atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			holder := fmt.Sprint("w", w)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				leases, err := e.LeaseAcquire(ctx, &engine.LeaseAcquireParams{N: 1, TTL: 300 * time.Millisecond, Holder: holder, Strategy: engine.SkipLocked})
+				switch {
+				case errors.Is(err, engine.ErrPoolEmpty):
+					return
+				case err != nil && strings.Contains(err.Error(), "SQLSTATE 08"):
+					unreached.Add(1)
+					continue
+				case err != nil:
+					t.Error(err)
+					return
+				}
+				l := leases[0]
+				_, err = e.LeaseCommit(ctx, &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: holder, RequestID: fmt.Sprint(l.ID, "-", l.Token), Payload: "p"})
+				switch {
+				case err == nil:
+					committed.Add(1)
+				case errors.Is(err, engine.ErrStaleToken), errors.Is(err, engine.ErrLeaseLost), strings.Contains(err.Error(), "SQLSTATE 08"):
+					// reaped, or its node is down: the holder gives the id up
+				default:
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	grow := func(what string, by int64) {
+		t.Helper()
+		from := committed.Load()
+		pgtest.Eventually(t, what, time.Minute, func() bool { return committed.Load() >= from+by || t.Failed() })
+	}
+	grow("commits before the stop", 200)
+	if err := cluster.Workers[0].Halt(); err != nil {
+		t.Fatal(err)
+	}
+	grow("commits while a node is down", 300)
+	if unreached.Load() == 0 && e.Stats().NodeFailures == 0 {
+		t.Fatal("no claim met the stopped node")
+	}
+	if err := cluster.Workers[0].Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	grow("commits after the node is back", 200)
+	close(stop)
+	wg.Wait()
+	conn, err := pgx.Connect(ctx, cluster.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	pgtest.Eventually(t, "every lease reclaimed or committed", time.Minute, func() bool {
+		var pending int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM resource_pool WHERE status = 'PENDING'`).Scan(&pending); err != nil {
+			t.Fatal(err)
+		}
+		return pending == 0
+	})
+	a, err := e.Audit(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Findings) != 0 || a.Total != size || a.Unused+a.Consumed != size || a.Effects != a.Consumed || a.DoubleFinalizations != 0 {
+		t.Fatalf("after the node came back: %d ids (%d UNUSED, %d CONSUMED), %d effects, %d double finalizations, findings %v",
+			a.Total, a.Unused, a.Consumed, a.Effects, a.DoubleFinalizations, a.Findings)
+	}
+	t.Logf("%d commits, %d claims met the stopped node, %d node failures", committed.Load(), unreached.Load(), e.Stats().NodeFailures)
 }

@@ -54,6 +54,7 @@ type Engine struct {
 	stats   counters
 	history atomic.Pointer[History] // nil: nothing is recorded
 	shape   atomic.Pointer[shape]   // the pool's partitions, read on the first claim
+	nodes   nodeHealth              // on Citus: the nodes that did not answer
 }
 
 // New returns an engine over db (normally a *pgxpool.Pool whose search_path
@@ -122,12 +123,16 @@ type Stats struct {
 	// PartitionFallthroughs: on a partitioned pool, claim attempts that found
 	// no free row in a partition and moved on to the next.
 	PartitionFallthroughs int64
+	// NodeFailures: on Citus, calls that found the node of their shard not
+	// answering (its shards are then skipped for a while).
+	NodeFailures int64
 }
 
 type counters struct {
 	conflicts    atomic.Int64
 	retries      atomic.Int64
 	fallthroughs atomic.Int64
+	nodeFailures atomic.Int64
 }
 
 // Stats returns a snapshot of the engine's counters.
@@ -137,6 +142,7 @@ func (e *Engine) Stats() Stats {
 		OptimisticRetries:   e.stats.retries.Load(),
 
 		PartitionFallthroughs: e.stats.fallthroughs.Load(),
+		NodeFailures:          e.stats.nodeFailures.Load(),
 	}
 }
 

@@ -17,6 +17,7 @@ type shape struct {
 	// shards are the shard column's values of a pool laid out on Citus,
 	// one per Citus shard in slot order (see citus.go); none otherwise.
 	shards []int32
+	nodes  []string // the node of each shard, host:port
 }
 
 // sqlPartitions lists the leaves of a partitioned pool (pg_partition_tree
@@ -42,11 +43,11 @@ func (e *Engine) poolShape(ctx context.Context) (*shape, error) {
 	if err != nil {
 		return nil, err
 	}
-	shards, err := citusShards(ctx, e.db)
+	shards, nodes, err := citusShards(ctx, e.db)
 	if err != nil {
 		return nil, err
 	}
-	sh := &shape{parts: parts, shards: shards}
+	sh := &shape{parts: parts, shards: shards, nodes: nodes}
 	e.shape.Store(sh)
 	return sh, nil
 }
