@@ -181,6 +181,7 @@ type target struct {
 	version                  int  // server_version_num
 	monitor                  bool // pg_monitor or superuser
 	versionText              string
+	citus                    bool // Citus distributes the table (see citus.go)
 }
 
 // Collector polls one pool. Poll is safe to call from one goroutine at a
@@ -198,9 +199,13 @@ type Collector struct {
 	// lockReads counts the polls that read them.
 	lockWaits bool
 	lockReads int
-	total     totalCounter
-	pending   pendingCounter
-	census    census
+	// On Citus (see citus.go): UNUSED at the last poll every node answered,
+	// and the nodes that did not answer at the last poll.
+	citusPrevUnused *int64
+	citusDown       map[string]bool
+	total           totalCounter
+	pending         pendingCounter
+	census          census
 	// leaseless counts the PENDING rows without a lease by ranges of the
 	// table while there are too many to count from the index (see
 	// pendingCounter.ranged).
@@ -380,6 +385,9 @@ WHERE n.nspname = $1 AND c.relname = $2`, schema, table).Scan(&t.oid, &kind, &us
 			what = "not a table (relkind " + kind + ")"
 		}
 		return fmt.Errorf("%s.%s is %s: point --table at the pool's table itself (pooltop reads its indexes and statistics)", schema, table, what)
+	}
+	if t.citus, err = c.citusDistributed(ctx, t.oid); err != nil {
+		return err
 	}
 	t.partitioned = kind == "p"
 	t.leaves, t.leafNames, t.leafQuoted = []uint32{t.oid}, []string{table}, []string{t.qualified}
@@ -595,6 +603,10 @@ func (c *Collector) startsInStages() bool {
 func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	var s Snapshot
 	err := c.waitOutLocks(ctx, func() (err error) {
+		if c.t.citus {
+			s, err = c.pollCitus(ctx)
+			return err
+		}
 		s, err = c.poll(ctx)
 		return err
 	})

@@ -147,7 +147,7 @@ BEGIN
     -- One value of the shard column per Citus shard, in the shards' hash order.
     SELECT array_agg(x.g ORDER BY s.shardminvalue::int) INTO v
     FROM pg_dist_shard s
-    CROSS JOIN LATERAL (SELECT g FROM generate_series(0, 100000000) AS g
+    CROSS JOIN LATERAL (SELECT g FROM generate_series(0, 100000) AS g
                         WHERE get_shard_id_for_distribution_column(%[6]s::regclass, g) = s.shardid LIMIT 1) AS x
     WHERE s.logicalrelid = %[6]s::regclass;
     EXECUTE format('ALTER TABLE %%s ADD CONSTRAINT resource_pool_shard_check CHECK (shard = (%%L::int[])[(hashtext(identifier) & 2147483647) %%%% %%s + 1] AND shard = (%%L::int[])[id %%%% %%s + 1])',
