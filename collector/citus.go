@@ -2,11 +2,15 @@ package collector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pooltop-dev/pooltop/engine"
 )
@@ -267,4 +271,148 @@ func (c *Collector) citusEvents(s *Snapshot) {
 			c.Note(EventCleared, AlertServerUnreachable+": "+v.Server+" answers again")
 		}
 	}
+}
+
+// citusRequestKey is the columns of the ledger's unique key on requests
+// that count as one on Citus (where a unique key holds the distribution
+// column: request ids are unique per shard, and a commit is on its id's
+// shard), sorted; none elsewhere.
+func citusRequestKey(citus bool) []string {
+	if citus {
+		return []string{"request_id", "shard"}
+	}
+	return []string{"request_id"}
+}
+
+// citusPendingFigures are the doctor's PENDING figures on a Citus pool:
+// the counts of s, a poll (which counts every shard), and the longest
+// lease ahead, read from the PENDING index of every shard.
+func (c *Collector) citusPendingFigures(ctx context.Context, s Snapshot) (doctorFigures, error) {
+	f := doctorFigures{pending: s.Pool.Pending, expiredOld: s.Pool.ExpiredOld, sample: 1}
+	if s.Pool.NoLease != nil {
+		f.unleased = *s.Pool.NoLease
+	}
+	err := c.pool.QueryRow(ctx, `SELECT extract(epoch FROM max(leased_until) - now())::float8 FROM `+c.t.qualified+
+		` WHERE status = 'PENDING' AND isfinite(leased_until)`).Scan(&f.longest)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "08") {
+		return f, nil // a node does not answer (citus_nodes says so): the longest lease is not known
+	}
+	return f, err
+}
+
+// doctorCitus checks what a pool on Citus needs: every node answering, the
+// shards spread evenly over the nodes, the lease operations delegated to
+// the nodes, and the settings that decide whether a write over several
+// nodes can commit and be recovered.
+func (c *Collector) doctorCitus(ctx context.Context, s Snapshot, add func(check, status, evidence, remedy string)) error {
+	var down []string
+	for _, v := range s.Servers {
+		if !v.Reachable {
+			down = append(down, fmt.Sprintf("%s (%s): %s", v.Server, v.Addr, v.Error))
+		}
+	}
+	if len(down) > 0 {
+		add("citus_nodes", CheckFail, "not answering: "+strings.Join(down, "; "),
+			"start the node again; its shards' ids cannot be claimed, committed or reaped meanwhile (the others go on)")
+	} else {
+		add("citus_nodes", CheckOK, fmt.Sprintf("%d worker nodes answer", len(s.Servers)), "")
+	}
+
+	rows, err := c.pool.Query(ctx, `
+SELECT n.nodename || ':' || n.nodeport, count(s.shardid)::int
+FROM pg_dist_node AS n
+LEFT JOIN pg_dist_placement AS pl ON pl.groupid = n.groupid
+LEFT JOIN pg_dist_shard AS s ON s.shardid = pl.shardid AND s.logicalrelid = $1::regclass
+WHERE n.noderole = 'primary' AND n.isactive AND n.shouldhaveshards
+GROUP BY 1 ORDER BY 1`, c.t.qualified)
+	if err != nil {
+		return err
+	}
+	var spread []string
+	least, most := -1, 0
+	for rows.Next() {
+		var node string
+		var n int
+		if err := rows.Scan(&node, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		spread = append(spread, fmt.Sprintf("%s %d", node, n))
+		if least < 0 || n < least {
+			least = n
+		}
+		most = max(most, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if most > least+1 {
+		add("citus_shard_balance", CheckWarn, "shards per node: "+strings.Join(spread, ", ")+": the nodes with more take more of the claims",
+			"SELECT citus_rebalance_start(); then SELECT * FROM citus_rebalance_status()")
+	} else {
+		add("citus_shard_balance", CheckOK, "shards per node: "+strings.Join(spread, ", "), "")
+	}
+
+	var delegated int
+	if err := c.pool.QueryRow(ctx, `
+SELECT count(*)::int FROM pg_dist_object o JOIN pg_proc p ON o.classid = 'pg_proc'::regclass AND o.objid = p.oid
+WHERE p.pronamespace = $1::regnamespace AND p.proname IN ('pooltop_claim', 'pooltop_commit', 'pooltop_renew', 'pooltop_release', 'pooltop_reap')
+  AND o.distribution_argument_index IS NOT NULL AND o.force_delegation`, pgx.Identifier{c.t.schema}.Sanitize()).Scan(&delegated); err != nil {
+		return err
+	}
+	if delegated < 5 {
+		add("citus_delegation", CheckFail, fmt.Sprintf("%d of the 5 lease functions are delegated to the shards' nodes: the others run through the coordinator, with two-phase commits", delegated),
+			"pooltop migrate (it creates and distributes them again)")
+	} else {
+		add("citus_delegation", CheckOK, "claim, commit, renew, release and reap run on the node of their shard, in one round trip", "")
+	}
+
+	var recoverEvery string
+	var coordConns int
+	if err := c.pool.QueryRow(ctx, `SELECT current_setting('citus.recover_2pc_interval'), current_setting('max_connections')::int`).Scan(&recoverEvery, &coordConns); err != nil {
+		return err
+	}
+	rows, err = c.pool.Query(ctx, `SELECT nodename || ':' || nodeport, success, result FROM run_command_on_workers($$SELECT current_setting('max_prepared_transactions') || ',' || current_setting('max_connections')$$)`)
+	if err != nil {
+		return err
+	}
+	var settings []string
+	var problems, remedies []string
+	for rows.Next() {
+		var node, result string
+		var ok bool
+		if err := rows.Scan(&node, &ok, &result); err != nil {
+			rows.Close()
+			return err
+		}
+		if !ok {
+			continue // not answering: said above
+		}
+		prepared, conns, _ := strings.Cut(result, ",")
+		settings = append(settings, fmt.Sprintf("%s max_prepared_transactions %s, max_connections %s", node, prepared, conns))
+		if prepared == "0" {
+			problems = append(problems, node+" has max_prepared_transactions 0: a write over several nodes (a seed, DDL) cannot commit")
+			remedies = append(remedies, "set max_prepared_transactions (as max_connections) on "+node+" and restart it")
+		}
+		if n, err := strconv.Atoi(conns); err == nil && n < coordConns {
+			problems = append(problems, fmt.Sprintf("%s accepts %d connections, fewer than the coordinator's %d: each coordinator session may open one to every node", node, n, coordConns))
+			remedies = append(remedies, "raise max_connections on "+node+", or lower citus.max_shared_pool_size")
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if recoverEvery == "-1" {
+		problems = append(problems, "citus.recover_2pc_interval is -1: the prepared transactions of an interrupted two-phase commit are never resolved")
+		remedies = append(remedies, "ALTER SYSTEM RESET citus.recover_2pc_interval; SELECT pg_reload_conf()")
+	}
+	if len(problems) > 0 {
+		add("citus_settings", CheckWarn, strings.Join(problems, "; "), strings.Join(remedies, "; "))
+	} else {
+		add("citus_settings", CheckOK, strings.Join(settings, "; "), "")
+	}
+	return nil
 }

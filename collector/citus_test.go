@@ -74,6 +74,13 @@ func TestWatchCitus(t *testing.T) {
 		s.Servers[0].Snapshot.Pool.Total+s.Servers[1].Snapshot.Pool.Total != 1000 || s.Servers[0].Snapshot.Pool.Total == 0 {
 		t.Fatalf("node rows %+v; want two nodes answering, sharing the 1000 ids", s.Servers)
 	}
+	checks := doctorOf(t, c, s)
+	for name, want := range map[string]string{"citus_nodes": collector.CheckOK, "citus_shard_balance": collector.CheckOK,
+		"citus_delegation": collector.CheckOK, "fencing": collector.CheckOK, "unused_index": collector.CheckOK, "reaper_index": collector.CheckOK} {
+		if checks[name] != want {
+			t.Fatalf("doctor on Citus: %s is %q, want %q (%v)", name, checks[name], want, checks)
+		}
+	}
 	stopped := cluster.Workers[0].Port()
 	if err := cluster.Workers[0].Halt(); err != nil {
 		t.Fatal(err)
@@ -93,6 +100,9 @@ func TestWatchCitus(t *testing.T) {
 	if down == nil || down.Reachable || up == nil || !up.Reachable || s.Pool.Total != up.Snapshot.Pool.Total || !hasAlert(s, collector.AlertServerUnreachable, down.Server) {
 		t.Fatalf("with a node stopped: rows %+v, total %d, alerts %v; want it not answering, the other's figures, an alert", s.Servers, s.Pool.Total, s.Alerts)
 	}
+	if got := doctorOf(t, c, s)["citus_nodes"]; got != collector.CheckFail {
+		t.Fatalf("doctor with a node stopped: citus_nodes is %q, want fail", got)
+	}
 	if err := cluster.Workers[0].Resume(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -111,4 +121,18 @@ func TestWatchCitus(t *testing.T) {
 	if !noted || !cleared {
 		t.Fatalf("events %v; want the node's stop and return", c.Events())
 	}
+}
+
+// doctorOf is the status of each of the doctor's checks on s.
+func doctorOf(t *testing.T, c *collector.Collector, s collector.Snapshot) map[string]string {
+	t.Helper()
+	checks, err := c.Doctor(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, ch := range checks {
+		out[ch.Check] = ch.Status
+	}
+	return out
 }

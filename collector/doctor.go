@@ -65,6 +65,9 @@ func (c *Collector) Doctor(ctx context.Context, s Snapshot) ([]Check, error) {
 
 	if t.hasLeased {
 		f, err := c.doctorPending(ctx)
+		if t.citus {
+			f, err = c.citusPendingFigures(ctx, s)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("doctor: PENDING rows: %w", err)
 		}
@@ -156,8 +159,11 @@ FROM pg_class c WHERE c.oid = ANY($2)`, t.oid, t.leaves).Scan(&avOff, &opts)
 	var hasToken, uniqueRequest bool
 	err = c.pool.QueryRow(ctx, `
 SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1 AND attname = 'lease_token' AND NOT attisdropped),
-       EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-               WHERE i.indrelid = $2 AND i.indisunique AND i.indnatts = 1 AND a.attname = 'request_id')`, t.oid, t.ledgerOID).Scan(&hasToken, &uniqueRequest)
+       EXISTS (SELECT 1 FROM pg_index i
+               WHERE i.indrelid = $2 AND i.indisunique
+                 AND (SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_attribute a
+                      WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) IN (ARRAY['request_id'], $3::text[]))`,
+		t.oid, t.ledgerOID, citusRequestKey(t.citus)).Scan(&hasToken, &uniqueRequest)
 	if err != nil {
 		return nil, fmt.Errorf("doctor: fencing: %w", err)
 	}
@@ -169,6 +175,11 @@ SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $1 AND attname = 'lea
 			"a ledger with UNIQUE (request_id), written in the commit statement (pooltop migrate creates it)")
 	default:
 		add("fencing", CheckOK, "lease_token and a ledger with a unique request_id", "")
+	}
+	if t.citus {
+		if err := c.doctorCitus(ctx, s, add); err != nil {
+			return nil, fmt.Errorf("doctor: Citus: %w", err)
+		}
 	}
 	pooler, err := c.pooler(ctx)
 	if err != nil {
