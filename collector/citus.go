@@ -158,13 +158,13 @@ func (c *Collector) pollCitus(ctx context.Context) (Snapshot, error) {
 	}
 	s.Pool.Counted = &counted
 	// The burn: the fall of UNUSED since the last poll at which every node
-	// answered.
+	// answered, less the rows added meanwhile (a seed is no burn).
 	if allAnswered {
-		if c.citusPrevUnused != nil {
-			s.Pool.unusedDelta, s.Pool.haveDelta = s.Pool.Unused-*c.citusPrevUnused, true
+		if prev := c.citusPrev; prev != nil {
+			s.Pool.unusedDelta = (s.Pool.Unused - prev.Unused) - (s.Pool.Total - prev.Total)
+			s.Pool.haveDelta = true
 		}
-		u := s.Pool.Unused
-		c.citusPrevUnused = &u
+		c.citusPrev = &Pool{Unused: s.Pool.Unused, Total: s.Pool.Total}
 	}
 	if err := c.citusLockWaits(ctx, &s, start); err != nil {
 		s.Limits = append(s.Limits, "Citus lock waits not read: "+err.Error())

@@ -199,13 +199,13 @@ type Collector struct {
 	// lockReads counts the polls that read them.
 	lockWaits bool
 	lockReads int
-	// On Citus (see citus.go): UNUSED at the last poll every node answered,
-	// and the nodes that did not answer at the last poll.
-	citusPrevUnused *int64
-	citusDown       map[string]bool
-	total           totalCounter
-	pending         pendingCounter
-	census          census
+	// On Citus (see citus.go): UNUSED and the rows at the last poll every
+	// node answered, and the nodes that did not answer at the last poll.
+	citusPrev *Pool
+	citusDown map[string]bool
+	total     totalCounter
+	pending   pendingCounter
+	census    census
 	// leaseless counts the PENDING rows without a lease by ranges of the
 	// table while there are too many to count from the index (see
 	// pendingCounter.ranged).

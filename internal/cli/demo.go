@@ -29,8 +29,10 @@ type demoOptions struct {
 	partitions int
 	// servers: run on a pool over this many throwaway servers.
 	servers int
-	reaper  engine.ReaperConfig
-	watch   watchOptions
+	// citus: run on a throwaway Citus cluster.
+	citus  bool
+	reaper engine.ReaperConfig
+	watch  watchOptions
 
 	cfg workload.Config   // the workload's, made by validate
 	sc  workload.Scenario // the scenario it starts with
@@ -44,6 +46,7 @@ func (o *demoOptions) addFlags(c *cobra.Command, g *globals) {
 	f.IntVar(&o.maxConns, "max-conns", 16, "connections the workers share")
 	partitionsFlag(c, &o.partitions)
 	f.IntVar(&o.servers, "servers", 0, "run the demo on a pool over this many throwaway servers (2..8): claims spread over them, one reaper reaps each, and the dashboard shows a row per server (or give --dsn once per server of a pool pooltop migrate made)")
+	f.BoolVar(&o.citus, "citus", false, "run the demo on a throwaway Citus cluster (a coordinator and two workers, when Citus is installed): the pool spread over 32 shards, a row per node, and the key S stops a worker hard and starts it again")
 	f.DurationVar(&o.reaper.Interval, "reaper-interval", time.Second, "time between reaper passes")
 	f.IntVar(&o.reaper.Batch, "reaper-batch", 1000, "rows per reaper statement")
 	f.DurationVar(&o.reaper.Grace, "reaper-grace", 0, "reclaim only leases expired for longer than this")
@@ -114,6 +117,9 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer metrics.close()
+	if o.citus {
+		return o.runCitus(ctx, g, metrics)
+	}
 	if o.servers > 0 || len(g.servers) > 0 {
 		return o.runServers(ctx, g, metrics)
 	}

@@ -16,6 +16,10 @@ import (
 // N throwaway ones, or the --dsn of each server of a pool pooltop made.
 func (o *demoOptions) validateServers(g *globals) error {
 	switch {
+	case o.citus && (o.servers != 0 || g.dsn != "" || len(g.servers) > 0):
+		return usageError{errors.New("--citus starts a throwaway Citus cluster of its own: drop --servers and --dsn (on a cluster of yours: pooltop migrate and pooltop work on its coordinator, pooltop watch to see it)")}
+	case o.citus && o.partitions > 0:
+		return usageError{errors.New("--citus spreads the pool over 32 shards of its own: drop --partitions")}
 	case o.servers != 0 && (o.servers < 2 || o.servers > 8):
 		return usageError{fmt.Errorf("--servers %d: between 2 and 8", o.servers)}
 	case o.servers != 0 && (g.dsn != "" || len(g.servers) > 0):

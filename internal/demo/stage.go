@@ -30,6 +30,9 @@ type Stage struct {
 	// the demo runs only on a pool pooltop created). On a pool the user let
 	// the demo run on with --allow-writes, a scenario only turns the knobs.
 	Rebuild bool
+	// Citus: the pool is laid out on Citus, which offers the skip-locked
+	// claim and the fenced commit only (see engine's citus.go).
+	Citus bool
 
 	mu sync.Mutex // one scenario switch at a time
 }
@@ -104,6 +107,12 @@ func (s *Stage) Check(c workload.Config) error {
 		return errVacuumNotOurs
 	case c.ShareHold > 0 && !s.Rebuild:
 		return errReportNotOurs
+	case s.Citus && c.Strategy != engine.SkipLocked:
+		return fmt.Errorf("on Citus pooltop claims with skip-locked only, not %s: this story needs one server (pooltop without --citus)", c.Strategy)
+	case s.Citus && !c.Fencing:
+		return errors.New("on Citus every commit is fenced: the stories without the fence need one server (pooltop without --citus)")
+	case s.Citus && c.TransferRate > 0:
+		return errors.New("on Citus leases are not transferred: this story needs one server (pooltop without --citus)")
 	}
 	return nil
 }
