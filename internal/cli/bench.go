@@ -35,6 +35,7 @@ type benchOptions struct {
 	rtt                 time.Duration
 	partitions          int
 	servers             string // --servers: server counts to compare, each a pool over that many throwaway servers
+	citus               bool   // --citus: a throwaway Citus cluster beside a throwaway server
 	serverCounts        []int
 
 	modes  []workload.BenchMode // --strategies, each batched one at --batch
@@ -97,6 +98,7 @@ func (o *benchOptions) addFlags(c *cobra.Command, g *globals) {
 	f.IntVar(&o.maxConns, "max-conns", 16, "connections the workers share: more workers queue in Go, not in PostgreSQL")
 	f.IntVar(&o.batch, "batch", 1000, "ids per claim and per commit in the batched mode")
 	f.DurationVar(&o.rtt, "rtt", 0, "simulated network round trip added to every exchange with the server (e.g. 1ms)")
+	f.BoolVar(&o.citus, "citus", false, "compare a throwaway PostgreSQL server with a throwaway Citus cluster (a coordinator and two workers) on this machine: cycles/s, and each node's CPU per cycle; skip-locked and batched only, no pgbench twins")
 	f.StringVar(&o.servers, "servers", "", "compare pools over this many throwaway servers, side by side (e.g. 1,2,3): each server's CPU share beside the figures; no pgbench twins")
 	partitionsFlag(c, &o.partitions)
 	g.loadFlags(c, "print JSON")
@@ -146,6 +148,21 @@ func (o *benchOptions) validate(g *globals) error {
 			o.modes[i].Batch = o.batch
 		}
 	}
+	if o.citus {
+		if g.dsn != "" || len(g.servers) > 0 || o.servers != "" || o.partitions > 0 {
+			return usageError{errors.New("--citus starts a throwaway server and a throwaway Citus cluster of its own: drop --dsn, --servers and --partitions")}
+		}
+		var modes []workload.BenchMode
+		for _, m := range o.modes {
+			if m.Strategy == engine.SkipLocked {
+				modes = append(modes, m)
+			}
+		}
+		if len(modes) == 0 {
+			return usageError{errors.New("--citus: on Citus pooltop claims with skip-locked: give --strategies skip-locked or batched")}
+		}
+		o.modes = modes
+	}
 	o.serverCounts = nil
 	if o.servers != "" {
 		if g.dsn != "" || len(g.servers) > 0 {
@@ -163,6 +180,9 @@ func (o *benchOptions) validate(g *globals) error {
 }
 
 func (o *benchOptions) run(ctx context.Context, g *globals) error {
+	if o.citus {
+		return o.runCitus(ctx, g)
+	}
 	if len(o.serverCounts) > 0 || len(g.servers) > 0 {
 		return o.runServers(ctx, g)
 	}

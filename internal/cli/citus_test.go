@@ -99,3 +99,26 @@ func TestDemoOnCitus(t *testing.T) {
 		}
 	}
 }
+
+// bench --citus measures a throwaway server and a throwaway Citus cluster
+// one after the other: a figure for each, with the CPU of every node.
+func TestBenchCitus(t *testing.T) {
+	t.Parallel()
+	pgtest.CitusDSN(t) // skips where Citus is not installed, as the other Citus tests
+	r := pooltop(t, "bench", "--citus", "--strategies", "skip-locked,blocking", "--workers", "2", "--warmup", "200ms", "--duration", "1s", "--pool-size", "20000", "--json").must(t)
+	rows := decode[[]citusBenchRow](t, r.stdout)
+	if len(rows) != 2 || rows[0].Engine != "postgresql" || rows[1].Engine != "citus" {
+		t.Fatalf("rows %+v; want one on PostgreSQL and one on Citus, skip-locked only", rows)
+	}
+	for _, row := range rows {
+		if row.Strategy != "skip-locked" || row.CyclesPerS <= 0 || row.ServerCPUPerCycleUS <= 0 || len(row.ServerCPU) != len(row.Nodes) {
+			t.Fatalf("%s: %+v", row.Engine, row)
+		}
+	}
+	if len(rows[1].Nodes) != 3 {
+		t.Fatalf("Citus nodes %v; want the coordinator and two workers", rows[1].Nodes)
+	}
+	if r := pooltop(t, "bench", "--citus", "--strategies", "blocking"); r.code != exitUsage {
+		t.Fatalf("bench --citus with the blocking strategy only: exit %d: %s", r.code, r.stderr)
+	}
+}
