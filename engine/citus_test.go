@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -307,8 +309,9 @@ func slicesContain(fs []engine.Finding, kind engine.FindingKind) bool {
 // A worker node stopped hard (immediate shutdown) in the middle of a run:
 // claims go on at the other node's shards meanwhile, the reaper keeps
 // reaping there, and after the node is back every lease it held is
-// reclaimed or committed; no id is lost, none is finalized twice, and
-// verify is clean. On a cluster of the test's own.
+// reclaimed or committed. Then the coordinator stopped hard: every call
+// fails, and the work goes on once it is back. No id is lost, none is
+// finalized twice, and verify is clean. On a cluster of the test's own.
 func TestCitusNodeStoppedHard(t *testing.T) {
 	t.Parallel()
 	pgtest.CitusDSN(t) // skips where Citus is not installed, as the other tests
@@ -342,7 +345,7 @@ func TestCitusNodeStoppedHard(t *testing.T) {
 	}
 	reaper.Start(ctx)
 	defer reaper.Stop()
-	var committed, unreached atomic.Int64
+	var committed, unreached, coordinatorErrs atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -363,6 +366,9 @@ func TestCitusNodeStoppedHard(t *testing.T) {
 				case err != nil && strings.Contains(err.Error(), "SQLSTATE 08"):
 					unreached.Add(1)
 					continue
+				case err != nil && connectionLost(err):
+					coordinatorErrs.Add(1)
+					continue
 				case err != nil:
 					t.Error(err)
 					return
@@ -372,8 +378,8 @@ func TestCitusNodeStoppedHard(t *testing.T) {
 				switch {
 				case err == nil:
 					committed.Add(1)
-				case errors.Is(err, engine.ErrStaleToken), errors.Is(err, engine.ErrLeaseLost), strings.Contains(err.Error(), "SQLSTATE 08"):
-					// reaped, or its node is down: the holder gives the id up
+				case errors.Is(err, engine.ErrStaleToken), errors.Is(err, engine.ErrLeaseLost), strings.Contains(err.Error(), "SQLSTATE 08"), connectionLost(err):
+					// reaped, or its node (or the coordinator) is down: the holder gives the id up
 				default:
 					t.Error(err)
 					return
@@ -398,6 +404,16 @@ func TestCitusNodeStoppedHard(t *testing.T) {
 		t.Fatal(err)
 	}
 	grow("commits after the node is back", 200)
+	// The coordinator stopped: every call fails, and once it is back the
+	// engine's pool connects again and the work goes on.
+	if err := cluster.Coordinator.Halt(); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Eventually(t, "claims fail while the coordinator is down", time.Minute, func() bool { return coordinatorErrs.Load() > 0 })
+	if err := cluster.Coordinator.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	grow("commits after the coordinator is back", 200)
 	close(stop)
 	wg.Wait()
 	conn, err := pgx.Connect(ctx, cluster.DSN())
@@ -421,4 +437,15 @@ func TestCitusNodeStoppedHard(t *testing.T) {
 			a.Total, a.Unused, a.Consumed, a.Effects, a.DoubleFinalizations, a.Findings)
 	}
 	t.Logf("%d commits, %d claims met the stopped node, %d node failures", committed.Load(), unreached.Load(), e.Stats().NodeFailures)
+}
+
+// connectionLost says err is the engine's connection to the coordinator
+// failing: refused, cut, or ended by the server's shutdown.
+func connectionLost(err error) bool {
+	var ce *pgconn.ConnectError
+	var pgErr *pgconn.PgError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) ||
+		(errors.As(err, &pgErr) && (pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03")) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "EOF")
 }
