@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pooltop-dev/pooltop/engine"
+	"github.com/pooltop-dev/pooltop/internal/demo"
 	"github.com/pooltop-dev/pooltop/internal/faultproxy"
 	"github.com/pooltop-dev/pooltop/workload"
 )
@@ -36,6 +37,8 @@ type chaosOptions struct {
 	every    time.Duration
 	// servers: a pool over this many throwaway servers, one stopped hard mid-run.
 	servers int
+	// citus: the pool on a throwaway Citus cluster.
+	citus bool
 	// partitions: the pool hash-partitioned on id in this many partitions.
 	partitions int
 	// changed reports whether a flag was given: only those override the
@@ -90,6 +93,7 @@ func (o *chaosOptions) addFlags(c *cobra.Command, g *globals) {
 	f.StringVar(&o.faults, "faults", "", "real faults instead of the scenario's simulated ones: kill,terminate,restart,lost-ack,partition,pause (worker processes killed with SIGKILL, their sessions terminated, PostgreSQL restarted by an immediate shutdown, the connection cut around a commit, the network stalled longer than a lease, a process frozen with SIGSTOP past its leases and resumed); on the throwaway server only")
 	f.IntVar(&o.procs, "processes", 4, "with --faults: pooltop work processes in the fleet")
 	f.DurationVar(&o.every, "fault-every", 2*time.Second, "with --faults: mean time between faults")
+	f.BoolVar(&o.citus, "citus", false, "run the scenario on a throwaway Citus cluster (a coordinator and two workers; the pool over 32 shards), then audit it: the scenarios with the skip-locked claim and the database's fence")
 	f.IntVar(&o.servers, "servers", 0, "run the scenario on a pool over this many throwaway servers (2..8) and stop one hard (an immediate shutdown) from a third of the run to two thirds: claims must go on at the others, its leases come back after it does, and the audit of every server must hold")
 	partitionsFlag(c, &o.partitions)
 	o.changed = f.Changed
@@ -134,6 +138,16 @@ func (o *chaosOptions) validate(g *globals) error {
 			return usageError{errors.New("--servers stops a server; --faults injects other faults on one server: give one or the other")}
 		case o.duration < 3*time.Second:
 			return usageError{fmt.Errorf("--duration %v: with --servers at least 3s (a server is down for the middle third)", o.duration)}
+		}
+	}
+	if o.citus {
+		cfg := sc.Config(o.seed)
+		o.override(&cfg)
+		switch {
+		case g.dsn != "" || len(g.servers) > 0 || o.changed("servers") || o.faults != "" || o.partitions > 0:
+			return usageError{errors.New("--citus runs on a throwaway Citus cluster of its own: drop --dsn, --servers, --faults and --partitions")}
+		case demo.OnCitus(cfg) != nil:
+			return usageError{fmt.Errorf("--scenario %s: %w", sc.Name, demo.OnCitus(cfg))}
 		}
 	}
 	if o.faults != "" {
@@ -183,6 +197,9 @@ func (o *chaosOptions) run(ctx context.Context, g *globals) error {
 	if o.servers > 0 || len(g.servers) > 0 {
 		return o.runServers(ctx, g)
 	}
+	if o.citus {
+		return o.runCitus(ctx, g)
+	}
 	d, err := g.open(ctx, openOptions{appName: "pooltop-chaos", maxConns: 16, write: true, migrate: true, load: true, partitions: o.partitions,
 		direct: "it empties the pool with VACUUM between runs, which needs the server"})
 	if err != nil {
@@ -192,9 +209,15 @@ func (o *chaosOptions) run(ctx context.Context, g *globals) error {
 	if err := freshPool(ctx, d, o.poolSize, ""); err != nil {
 		return err
 	}
-	fmt.Fprintf(g.stderr, "chaos: %s for %v on %d ids (seed %d)\n", o.sc.Name, o.duration, o.poolSize, o.seed)
+	return o.chaosOn(ctx, g, d.eng, "")
+}
+
+// chaosOn runs the scenario on eng's pool (where names it, for the
+// banner), prints its summary and says whether the invariants held.
+func (o *chaosOptions) chaosOn(ctx context.Context, g *globals, eng *engine.Engine, where string) error {
+	fmt.Fprintf(g.stderr, "chaos: %s for %v on %d ids%s (seed %d)\n", o.sc.Name, o.duration, o.poolSize, where, o.seed)
 	start := time.Now()
-	sum, err := workload.Chaos(ctx, d.eng, o.sc, o.duration, o.seed, o.override, func(s workload.Snapshot) {
+	sum, err := workload.Chaos(ctx, eng, o.sc, o.duration, o.seed, o.override, func(s workload.Snapshot) {
 		fmt.Fprintf(g.stderr, "  %3.0fs cycles %d committed %d fenced %d crashes %d pauses %d leaked %d reclaimed %d empty %d\n",
 			time.Since(start).Seconds(), s.Cycles, s.Committed, s.FencedRejections, s.Crashes, s.Pauses, s.Leaked, s.Reclaimed, s.EmptyPool)
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
+	"github.com/pooltop-dev/pooltop/workload"
 )
 
 // The commands on a pool Citus distributes, through its coordinator, as a
@@ -120,5 +121,22 @@ func TestBenchCitus(t *testing.T) {
 	}
 	if r := pooltop(t, "bench", "--citus", "--strategies", "blocking"); r.code != exitUsage {
 		t.Fatalf("bench --citus with the blocking strategy only: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// chaos --citus runs a scenario on a throwaway Citus cluster and audits it;
+// a story the Citus layout does not offer is refused in one line.
+func TestChaosCitus(t *testing.T) {
+	t.Parallel()
+	pgtest.CitusDSN(t) // skips where Citus is not installed, as the other Citus tests
+	r := pooltop(t, "chaos", "--citus", "--scenario", "crash-with-lease", "--duration", "3s", "--pool-size", "20000", "--json").must(t)
+	s := decode[workload.Summary](t, r.stdout)
+	if !s.OK() || s.Crashes == 0 || s.LostIDs != 0 || s.Reclaimed < s.Crashes || s.Committed == 0 {
+		t.Fatalf("chaos --citus crash-with-lease: %+v", s)
+	}
+	for _, sc := range []string{"pause-no-fencing", "blocking-contention", "transfer", "vacuum-off"} {
+		if r := pooltop(t, "chaos", "--citus", "--scenario", sc); r.code != exitUsage || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("chaos --citus --scenario %s: exit %d, stderr %q: want a usage error in one line", sc, r.code, r.stderr)
+		}
 	}
 }

@@ -107,12 +107,25 @@ func (s *Stage) Check(c workload.Config) error {
 		return errVacuumNotOurs
 	case c.ShareHold > 0 && !s.Rebuild:
 		return errReportNotOurs
-	case s.Citus && c.Strategy != engine.SkipLocked:
-		return fmt.Errorf("on Citus pooltop claims with skip-locked only, not %s: this story needs one server (pooltop without --citus)", c.Strategy)
-	case s.Citus && !c.Fencing:
-		return errors.New("on Citus every commit is fenced: the stories without the fence need one server (pooltop without --citus)")
-	case s.Citus && c.TransferRate > 0:
-		return errors.New("on Citus leases are not transferred: this story needs one server (pooltop without --citus)")
+	case s.Citus:
+		return OnCitus(c)
+	}
+	return nil
+}
+
+// OnCitus says why a workload configured as c cannot run on a pool laid
+// out on Citus, which offers the skip-locked claim and the fenced commit
+// only, or nil.
+func OnCitus(c workload.Config) error {
+	switch {
+	case c.Strategy != engine.SkipLocked:
+		return fmt.Errorf("on Citus pooltop claims with skip-locked only, not %s: this story needs one server (run it without --citus)", c.Strategy)
+	case !c.Fencing || c.FenceInApp:
+		return errors.New("on Citus every commit is fenced by the database: the stories without that fence need one server (run them without --citus)")
+	case c.TransferRate > 0:
+		return errors.New("on Citus leases are not transferred: this story needs one server (run it without --citus)")
+	case !c.Autovacuum || c.ShareHold > 0:
+		return errors.New("the vacuum and starvation stories read one server's table statistics and hold its rows: they need one server (run them without --citus)")
 	}
 	return nil
 }
