@@ -132,6 +132,10 @@ func (c *Collector) pollCitus(ctx context.Context) (Snapshot, error) {
 		return Snapshot{}, fmt.Errorf("poll: %w", err)
 	}
 	sort.Ints(order)
+	sessions, err := c.citusSessions(ctx)
+	if err != nil {
+		sessions = nil // a node down fails the cluster-wide view: the rows say which
+	}
 	views := make([]ServerView, 0, len(order))
 	allAnswered := true
 	for _, id := range order {
@@ -142,11 +146,21 @@ func (c *Collector) pollCitus(ctx context.Context) (Snapshot, error) {
 			allAnswered = false
 		} else {
 			s := n.snapshot(start)
+			if ns, ok := sessions[id]; ok {
+				s.Connections, s.MaxConnections = ns.sessions, ns.max
+			}
 			v.Snapshot = &s
 		}
 		views = append(views, v)
 	}
 	s := MergeServers(start, views)
+	if ns, ok := sessions[coordinatorNode]; ok { // the coordinator's sessions, in the whole's
+		s.Connections += ns.sessions
+		s.MaxConnections += ns.max
+	}
+	if sessions == nil {
+		s.Limits = append(s.Limits, "Citus: sessions not read (citus_stat_activity needs every node)")
+	}
 	s.Limits = append(s.Limits, fmt.Sprintf("Citus: counted by reading every shard of %s at each poll", c.t.qualified))
 	if !c.t.monitor {
 		s.Limits = append(s.Limits, "no pg_monitor: lock waits, queries and xmin of other roles' sessions are hidden")
@@ -226,6 +240,32 @@ func (n *citusNode) snapshot(at time.Time) Snapshot {
 	counted := 1.0
 	s.Pool.Counted = &counted
 	return s
+}
+
+// coordinatorNode is the key of the coordinator's sessions in citusSessions.
+const coordinatorNode = -1
+
+// nodeSessions are a node's client sessions and its max_connections.
+type nodeSessions struct{ sessions, max int }
+
+// citusSessions reads each node's sessions of the database from
+// citus_stat_activity and its max_connections, by node id (the
+// coordinator's under coordinatorNode).
+func (c *Collector) citusSessions(ctx context.Context) (map[int]nodeSessions, error) {
+	rows, err := c.pool.Query(ctx, `
+SELECT CASE WHEN n.groupid = 0 THEN -1 ELSE n.nodeid END, coalesce(a.sessions, 0)::int, coalesce(w.result, current_setting('max_connections'))::int
+FROM pg_dist_node AS n
+LEFT JOIN (SELECT nodeid, count(*) AS sessions FROM citus_stat_activity WHERE backend_type = 'client backend' AND datname = current_database() GROUP BY 1) AS a ON a.nodeid = n.nodeid
+LEFT JOIN run_command_on_workers($$SELECT current_setting('max_connections')$$) AS w ON w.nodename = n.nodename AND w.nodeport = n.nodeport AND w.success
+WHERE n.noderole = 'primary' AND n.isactive`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]nodeSessions{}
+	var id int
+	var ns nodeSessions
+	_, err = pgx.ForEachRow(rows, []any{&id, &ns.sessions, &ns.max}, func() error { out[id] = ns; return nil })
+	return out, err
 }
 
 // citusLockWaits reads the cluster's lock waits into s: each waiting
