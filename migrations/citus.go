@@ -166,8 +166,12 @@ $citus$`, CitusShards, pgx.Identifier{schema}.Sanitize(), pool, ledger, meta, li
 func citusFunctions(schema string) []string {
 	q := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	pool, ledger := q("resource_pool"), q("business_ledger")
+	// Each function plans its statements for their arguments at every call
+	// (plan_cache_mode): a PL/pgSQL statement's cached generic plan takes
+	// LIMIT p_n for a large limit and joins a sequential scan of the whole
+	// shard, and a claim took 6 to 10 ms instead of 0.6.
 	fn := func(name, args, returns, body string) string {
-		return fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s(%s) RETURNS %s LANGUAGE plpgsql AS $fn$
+		return fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s(%s) RETURNS %s LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $fn$
 DECLARE
     t timestamptz := clock_timestamp();
 BEGIN
