@@ -38,8 +38,20 @@ func preparedTransactions(t *testing.T, conn *pgx.Conn, app string) int {
 // The whole cycle on a pool laid out on Citus: claims from the shards,
 // fenced commits, a replay, a stale token refused, renew and release,
 // each id claimed once, an effect per commit, and not one transaction
-// committed in two phases.
+// committed in two phases: through the coordinator, and sent to the node
+// of each shard (RouteToNodes), where the workers' own record of two-phase
+// commits is counted.
 func TestCitusCycle(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		name := "coordinator"
+		if direct {
+			name = "direct"
+		}
+		t.Run(name, func(t *testing.T) { citusCycle(t, direct) })
+	}
+}
+
+func citusCycle(t *testing.T, direct bool) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -49,6 +61,17 @@ func TestCitusCycle(t *testing.T) {
 	before := preparedTransactions(t, conn, schema)
 	if before == 0 {
 		t.Fatal("the seed, which wrote on both workers, left no transaction committed in two phases: the count does not see this engine's")
+	}
+	onWorkers := func() int {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT coalesce(sum(result::int), 0)::int FROM run_command_on_workers($$SELECT count(*) FROM pg_dist_transaction$$)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	workersBefore := onWorkers()
+	if direct {
+		defer e.RouteToNodes(engine.ConnOptions{DSN: pgtest.CitusDSN(t), Schema: schema, AppName: schema, MaxConns: 4})()
 	}
 	seen := map[int64]bool{}
 	committed := 0
@@ -108,6 +131,17 @@ func TestCitusCycle(t *testing.T) {
 	}
 	if after := preparedTransactions(t, conn, schema); after != before {
 		t.Fatalf("%d transactions committed in two phases during the cycle; want none", after-before)
+	}
+	if after := onWorkers(); after != workersBefore {
+		t.Fatalf("the workers committed %d transactions in two phases during the cycle; want none", after-workersBefore)
+	}
+	var onNodes int
+	if err := conn.QueryRow(ctx, `SELECT count(*)::int FROM citus_stat_activity WHERE application_name = $1
+		AND nodeid IN (SELECT nodeid FROM pg_dist_node WHERE groupid <> 0)`, schema).Scan(&onNodes); err != nil {
+		t.Fatal(err)
+	}
+	if (onNodes > 0) != direct {
+		t.Fatalf("%d sessions of the engine on the workers; routed to the nodes %v", onNodes, direct)
 	}
 }
 
@@ -309,10 +343,21 @@ func slicesContain(fs []engine.Finding, kind engine.FindingKind) bool {
 // A worker node stopped hard (immediate shutdown) in the middle of a run:
 // claims go on at the other node's shards meanwhile, the reaper keeps
 // reaping there, and after the node is back every lease it held is
-// reclaimed or committed. Then the coordinator stopped hard: every call
-// fails, and the work goes on once it is back. No id is lost, none is
+// reclaimed or committed. Then the coordinator stopped hard: through it
+// every call fails, and the work goes on once it is back; sent to the
+// nodes (RouteToNodes), the work goes on meanwhile. No id is lost, none is
 // finalized twice, and verify is clean. On a cluster of the test's own.
 func TestCitusNodeStoppedHard(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		name := "coordinator"
+		if direct {
+			name = "direct"
+		}
+		t.Run(name, func(t *testing.T) { citusNodeStoppedHard(t, direct) })
+	}
+}
+
+func citusNodeStoppedHard(t *testing.T, direct bool) {
 	t.Parallel()
 	pgtest.CitusDSN(t) // skips where Citus is not installed, as the other tests
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -335,6 +380,9 @@ func TestCitusNodeStoppedHard(t *testing.T) {
 	}
 	defer pool.Close()
 	e := engine.New(pool)
+	if direct {
+		defer e.RouteToNodes(engine.ConnOptions{DSN: cluster.DSN(), MaxConns: 8, StatementTimeout: 10 * time.Second})()
+	}
 	const size = 3000
 	if _, err := e.Seed(ctx, size); err != nil {
 		t.Fatal(err)
@@ -409,7 +457,12 @@ func TestCitusNodeStoppedHard(t *testing.T) {
 	if err := cluster.Coordinator.Halt(); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.Eventually(t, "claims fail while the coordinator is down", time.Minute, func() bool { return coordinatorErrs.Load() > 0 })
+	if direct {
+		// Sent to the nodes, the lease calls do not pass the coordinator.
+		grow("commits while the coordinator is down, straight to the nodes", 100)
+	} else {
+		pgtest.Eventually(t, "claims fail while the coordinator is down", time.Minute, func() bool { return coordinatorErrs.Load() > 0 })
+	}
 	if err := cluster.Coordinator.Resume(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -105,8 +105,12 @@ func (e *Engine) commit(ctx context.Context, p *LeaseCommitParams) (CommitResult
 	case p.NoFence:
 		sql = sqlCommitUnfenced
 	}
+	db, err := e.leaseDB(ctx, sh, p.ID)
+	if err != nil {
+		return CommitResult{}, dbError(fmt.Sprintf("commit id %d", p.ID), err)
+	}
 	res := CommitResult{RequestID: p.RequestID}
-	err = e.db.QueryRow(ctx, sql, args...).
+	err = db.QueryRow(ctx, sql, args...).
 		Scan(&res.LedgerID, &res.ResourceID, &res.Token, &res.CommittedAt, &res.PriorEffects)
 	switch {
 	case err == nil:
@@ -137,7 +141,11 @@ func (e *Engine) ledgerByRequest(ctx context.Context, sh *shape, p *LeaseCommitP
 	if len(sh.shards) > 0 {
 		sql, args = sqlCitusLedgerByRequest, []any{p.RequestID, sh.shardOf(p.ID)}
 	}
-	err := e.db.QueryRow(ctx, sql, args...).
+	db, err := e.leaseDB(ctx, sh, p.ID)
+	if err != nil {
+		return CommitResult{}, false, fmt.Errorf("commit id %d: look up request_id: %w", p.ID, err)
+	}
+	err = db.QueryRow(ctx, sql, args...).
 		Scan(&res.LedgerID, &res.ResourceID, &res.Token, &payload, &res.CommittedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return CommitResult{}, false, nil

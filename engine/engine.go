@@ -55,6 +55,7 @@ type Engine struct {
 	history atomic.Pointer[History] // nil: nothing is recorded
 	shape   atomic.Pointer[shape]   // the pool's partitions, read on the first claim
 	nodes   nodeHealth              // on Citus: the nodes that did not answer
+	router  atomic.Pointer[nodeRouter]
 }
 
 // New returns an engine over db (normally a *pgxpool.Pool whose search_path

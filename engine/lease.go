@@ -377,10 +377,14 @@ func (e *Engine) LeaseRenew(ctx context.Context, p *LeaseRenewParams) (Lease, er
 		return Lease{}, dbError(fmt.Sprintf("renew id %d", p.ID), err)
 	}
 	if len(sh.shards) > 0 {
+		db, err := e.leaseDB(ctx, sh, p.ID)
+		if err != nil {
+			return Lease{}, dbError(fmt.Sprintf("renew id %d", p.ID), err)
+		}
 		sql, args := citusLease(sh, sqlCitusRenew, p.ID, p.Token, durationMicros(p.TTL))
-		return e.casLease(ctx, "renew", p.ID, p.Token, sql, args...)
+		return e.casLease(ctx, db, "renew", p.ID, p.Token, sql, args...)
 	}
-	return e.casLease(ctx, "renew", p.ID, p.Token, sqlRenew, p.ID, p.Token, durationMicros(p.TTL))
+	return e.casLease(ctx, e.db, "renew", p.ID, p.Token, sqlRenew, p.ID, p.Token, durationMicros(p.TTL))
 }
 
 // LeaseReleaseParams are the inputs of LeaseRelease.
@@ -416,8 +420,12 @@ func (e *Engine) LeaseRelease(ctx context.Context, p *LeaseReleaseParams) (Lease
 	if len(sh.shards) > 0 {
 		sql, args = citusLease(sh, sqlCitusRelease, p.ID, p.Token)
 	}
+	db, err := e.leaseDB(ctx, sh, p.ID)
+	if err != nil {
+		return Lease{}, dbError(fmt.Sprintf("release id %d", p.ID), err)
+	}
 	op := e.begin("release", p.ID, p.Token, "", "")
-	l, err := e.casLease(ctx, "release", p.ID, p.Token, sql, args...)
+	l, err := e.casLease(ctx, db, "release", p.ID, p.Token, sql, args...)
 	e.end(op, l.Token, err)
 	return l, err
 }
@@ -466,14 +474,14 @@ func (e *Engine) LeaseTransfer(ctx context.Context, p *LeaseTransferParams) (Lea
 		ttl = durationMicros(p.TTL)
 	}
 	op := e.begin("transfer", p.ID, p.Token, p.To, "")
-	l, err := e.casLease(ctx, "transfer", p.ID, p.Token, sqlTransfer, p.ID, p.Token, p.To, ttl)
+	l, err := e.casLease(ctx, e.db, "transfer", p.ID, p.Token, sqlTransfer, p.ID, p.Token, p.To, ttl)
 	e.end(op, l.Token, err)
 	return l, err
 }
 
-func (e *Engine) casLease(ctx context.Context, op string, id, token int64, sql string, args ...any) (Lease, error) {
+func (e *Engine) casLease(ctx context.Context, db DBTX, op string, id, token int64, sql string, args ...any) (Lease, error) {
 	var l Lease
-	err := e.db.QueryRow(ctx, sql, args...).Scan(&l.ID, &l.Identifier, &l.Token, &l.LeasedUntil, &l.Holder)
+	err := db.QueryRow(ctx, sql, args...).Scan(&l.ID, &l.Identifier, &l.Token, &l.LeasedUntil, &l.Holder)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, e.whyLost(ctx, op, id, token)
 	}
