@@ -98,7 +98,7 @@ func (o *benchOptions) addFlags(c *cobra.Command, g *globals) {
 	f.IntVar(&o.maxConns, "max-conns", 16, "connections the workers share: more workers queue in Go, not in PostgreSQL")
 	f.IntVar(&o.batch, "batch", 1000, "ids per claim and per commit in the batched mode")
 	f.DurationVar(&o.rtt, "rtt", 0, "simulated network round trip added to every exchange with the server (e.g. 1ms)")
-	f.BoolVar(&o.citus, "citus", false, "compare a throwaway PostgreSQL server with a throwaway Citus cluster (a coordinator and two workers) on this machine: cycles/s, and each node's CPU per cycle; skip-locked and batched only, no pgbench twins")
+	f.BoolVar(&o.citus, "citus", false, "compare a throwaway PostgreSQL server with a throwaway Citus cluster (a coordinator and two workers) on this machine, the lease calls through the coordinator and sent to the nodes: cycles/s, and each node's CPU per cycle; skip-locked and batched only, no pgbench twins")
 	f.StringVar(&o.servers, "servers", "", "compare pools over this many throwaway servers, side by side (e.g. 1,2,3): each server's CPU share beside the figures; no pgbench twins")
 	partitionsFlag(c, &o.partitions)
 	g.loadFlags(c, "print JSON")

@@ -19,7 +19,9 @@ import (
 // citusBenchRow is one row of bench --citus: a mode at a worker count on
 // one side, a PostgreSQL server or a Citus cluster.
 type citusBenchRow struct {
-	Engine string `json:"engine"` // "postgresql" or "citus"
+	// Engine is "postgresql", "citus" (every call through the coordinator)
+	// or "citus-to-nodes" (each lease call sent to the node of its shard).
+	Engine string `json:"engine"`
 	workload.BenchResult
 	// Nodes names the side's servers: the server, or the coordinator and
 	// the workers.
@@ -33,7 +35,8 @@ type citusBenchRow struct {
 }
 
 // runCitus measures each mode at each worker count on a throwaway server,
-// then on a throwaway Citus cluster, one after the other on this machine.
+// then on a throwaway Citus cluster, through the coordinator and sent to
+// the nodes, one after the other on this machine.
 func (o *benchOptions) runCitus(ctx context.Context, g *globals) error {
 	var rows []citusBenchRow
 	srvs, err := startServers(ctx, g, 1, 0, nil)
@@ -62,10 +65,12 @@ func (o *benchOptions) runCitus(ctx context.Context, g *globals) error {
 	for _, w := range cluster.Workers {
 		nodes = append(nodes, w.DSN())
 	}
-	r, err = o.measureCitusSide(ctx, g, "citus", cluster.DSN(), nodes)
-	rows = append(rows, r...)
-	if err != nil {
-		return err
+	for _, side := range []string{"citus", "citus-to-nodes"} {
+		r, err = o.measureCitusSide(ctx, g, side, cluster.DSN(), nodes)
+		rows = append(rows, r...)
+		if err != nil {
+			return err
+		}
 	}
 	if err := g.emit(rows, func(w io.Writer) error { return printCitusBench(w, rows) }); err != nil {
 		return err
@@ -88,6 +93,9 @@ func (o *benchOptions) measureCitusSide(ctx context.Context, g *globals, side, d
 	}
 	defer pool.Close()
 	eng := engine.New(pool)
+	if side == "citus-to-nodes" {
+		defer eng.RouteToNodes(engine.ConnOptions{DSN: dsn, From: "--citus", Schema: g.schema, AppName: "pooltop-bench", MaxConns: maxConns, RTT: o.rtt})()
+	}
 	if _, err := eng.Seed(ctx, o.poolSize); err != nil {
 		return nil, err
 	}

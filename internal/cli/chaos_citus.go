@@ -34,6 +34,7 @@ func (o *chaosOptions) runCitus(ctx context.Context, g *globals) error {
 	}
 	defer pool.Close()
 	eng := engine.New(pool)
+	defer eng.RouteToNodes(engine.ConnOptions{DSN: cluster.DSN(), From: "--citus", Schema: g.schema, AppName: "pooltop-chaos", MaxConns: 16})()
 	if _, err := eng.Seed(ctx, o.poolSize); err != nil {
 		return err
 	}

@@ -44,7 +44,11 @@ func TestCommandsOnCitus(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			work[i] = cmd("work", "--duration", "3s", "--name", fmt.Sprint("w", i))
+			args := []string{"work", "--duration", "3s", "--name", fmt.Sprint("w", i)}
+			if i == 1 {
+				args = append(args, "--to-nodes") // one process through the coordinator, one straight to the nodes
+			}
+			work[i] = cmd(args...)
 		}()
 	}
 	wg.Wait()
@@ -56,6 +60,9 @@ func TestCommandsOnCitus(t *testing.T) {
 	cmd("lease", "release", "--id", fmt.Sprint(leases[1].ID), "--token", fmt.Sprint(leases[1].Token)).must(t)
 	if v := cmd("verify"); v.code != exitOK || !strings.Contains(v.stdout, "every invariant holds") {
 		t.Fatalf("verify after work on Citus: exit %d: %s%s", v.code, v.stdout, v.stderr)
+	}
+	if r := pooltop(t, "work", "--dsn", pgtest.DSN(), "--schema", pgtest.MigratedSchema(t), "--duration", "1s", "--to-nodes"); r.code != exitUsage || !strings.Contains(r.stderr, "not on Citus") {
+		t.Fatalf("work --to-nodes on one server: exit %d: %s", r.code, r.stderr)
 	}
 	if d := pooltop(t, "doctor", "--dsn", dsn, "--table", schema+".resource_pool"); !strings.Contains(d.stdout, "citus_delegation") || strings.Contains(d.stdout, "FAIL") {
 		t.Fatalf("doctor on Citus: exit %d: %s%s", d.code, d.stdout, d.stderr)
@@ -108,15 +115,15 @@ func TestBenchCitus(t *testing.T) {
 	pgtest.CitusDSN(t) // skips where Citus is not installed, as the other Citus tests
 	r := pooltop(t, "bench", "--citus", "--strategies", "skip-locked,blocking", "--workers", "2", "--warmup", "200ms", "--duration", "1s", "--pool-size", "20000", "--json").must(t)
 	rows := decode[[]citusBenchRow](t, r.stdout)
-	if len(rows) != 2 || rows[0].Engine != "postgresql" || rows[1].Engine != "citus" {
-		t.Fatalf("rows %+v; want one on PostgreSQL and one on Citus, skip-locked only", rows)
+	if len(rows) != 3 || rows[0].Engine != "postgresql" || rows[1].Engine != "citus" || rows[2].Engine != "citus-to-nodes" {
+		t.Fatalf("rows %+v; want one on PostgreSQL and two on Citus (through the coordinator, to the nodes), skip-locked only", rows)
 	}
 	for _, row := range rows {
 		if row.Strategy != "skip-locked" || row.CyclesPerS <= 0 || row.ServerCPUPerCycleUS <= 0 || len(row.ServerCPU) != len(row.Nodes) {
 			t.Fatalf("%s: %+v", row.Engine, row)
 		}
 	}
-	if len(rows[1].Nodes) != 3 {
+	if len(rows[1].Nodes) != 3 || len(rows[2].Nodes) != 3 {
 		t.Fatalf("Citus nodes %v; want the coordinator and two workers", rows[1].Nodes)
 	}
 	if r := pooltop(t, "bench", "--citus", "--strategies", "blocking"); r.code != exitUsage {

@@ -25,9 +25,11 @@ type workOptions struct {
 	heartbeat time.Duration
 	maxConns  int
 	noReaper  bool
-	history   string
-	knobs     workload.Config // the knobs given as flags
-	changed   func(flag string) bool
+	// toNodes: on Citus, send the lease calls to the node of each shard.
+	toNodes bool
+	history string
+	knobs   workload.Config // the knobs given as flags
+	changed func(flag string) bool
 
 	cfg workload.Config
 }
@@ -66,6 +68,7 @@ func (o *workOptions) addFlags(c *cobra.Command, g *globals) {
 	f.DurationVar(&o.duration, "duration", 0, "stop after this long (0: until SIGTERM or Ctrl-C)")
 	f.DurationVar(&o.heartbeat, "heartbeat", time.Second, "time between heartbeats (0.1s to 1m)")
 	f.IntVar(&o.maxConns, "max-conns", 0, "connections the workers share (default: workers + 2, at most 64)")
+	f.BoolVar(&o.toNodes, "to-nodes", false, "on a pool on Citus: send each lease call to the node that holds its shard, not through the coordinator (faster; the nodes' addresses in pg_dist_node must be reachable from here, with the same user and password)")
 	f.BoolVar(&o.noReaper, "no-reaper", false, "run no reaper in this process (another process or pooltop lease reap does it)")
 	f.StringVar(&o.history, "history", "", "write every operation with its outcome to this file as NDJSON, for the history check of chaos --faults")
 	k := &o.knobs
@@ -166,6 +169,17 @@ func (o *workOptions) run(ctx context.Context, g *globals) error {
 		}
 		defer d.Close()
 		eng, fleet, where = d.eng, []*engine.Engine{d.eng}, g.redact(d.dsn)
+		if o.toNodes {
+			citus, _, err := d.eng.Citus(ctx)
+			if err != nil {
+				return err
+			}
+			if !citus {
+				return usageError{errors.New("--to-nodes: the pool is not on Citus: there are no nodes to send the calls to")}
+			}
+			defer d.eng.RouteToNodes(engine.ConnOptions{DSN: d.dsn, From: "--dsn", Schema: g.schema, AppName: "pooltop-work", MaxConns: int32(o.maxConns)})()
+			where += ", calls sent to the nodes of the shards"
+		}
 		if o.history != "" {
 			// Written as each operation happens, unbuffered: a process killed
 			// in the middle of a commit leaves the call behind.
