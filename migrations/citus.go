@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +39,11 @@ import (
 // enough to spread over 32 nodes later (citus_rebalance_start moves whole
 // shards).
 const CitusShards = 32
+
+// MinCitus is the oldest Citus major pooltop lays a pool out on: from 11
+// every node holds the metadata, and a distributed function can be
+// delegated inside a transaction (force_delegation).
+const MinCitus = 11
 
 // CitusCluster is what a server says about Citus, read without writing.
 type CitusCluster struct {
@@ -80,6 +86,10 @@ func InspectCitus(ctx context.Context, conn *pgx.Conn) (CitusCluster, error) {
 func checkCitus(st *State, o Options) error {
 	c := st.Citus
 	quoted := pgx.Identifier{st.Schema}.Sanitize()
+	major, _, _ := strings.Cut(c.Version, ".")
+	if n, err := strconv.Atoi(major); err != nil || n < MinCitus {
+		return fmt.Errorf("%w: Citus %s lacks what pooltop needs (every node holding the metadata, delegation inside a transaction, citus_lock_waits): upgrade to Citus %d or later", ErrCitus, c.Version, MinCitus)
+	}
 	switch {
 	case !c.Coordinator:
 		return fmt.Errorf("%w: this server is a worker node of a Citus cluster: run migrate on its coordinator", ErrCitus)
