@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -674,4 +675,26 @@ func asciiLower(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// Addr names the server of a connection string as user@host:port/database,
+// with neither its password nor a piece of it: in a URL whose password
+// holds an unescaped @, / or # a parser takes pieces of the password for
+// the host or the database, and those are masked.
+func Addr(dsn string) string {
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "(a DSN that does not parse)"
+	}
+	addr := fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)
+	for _, pw := range []string{passwordIn(dsn), cc.Password} {
+		if pw == "" {
+			continue
+		}
+		addr = Redact(addr, pw)
+		for _, piece := range strings.FieldsFunc(pw, func(r rune) bool { return strings.ContainsRune("@/?#:", r) }) {
+			addr = Redact(addr, piece)
+		}
+	}
+	return addr
 }

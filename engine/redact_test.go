@@ -171,3 +171,29 @@ func TestMaskAfterLettersThatChangeLength(t *testing.T) {
 		}
 	}
 }
+
+// A server's address never shows its password, nor the pieces a URL parser
+// takes for the host or the database when the password holds an unescaped
+// @, / or #.
+func TestAddrHidesThePassword(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"postgres://bob:se@cr@t@127.0.0.1:5432/db":           "se@cr@t",
+		"postgres://bob:se@cr/t@127.0.0.1:5432/db":           "se@cr/t",
+		"postgres://bob:p:a@ss@127.0.0.1/db":                 "p:a@ss",
+		"host=127.0.0.1 user=bob password=se@cr@t dbname=db": "se@cr@t",
+		"postgres://bob:hunter2@db.example.com:5433/pool":    "hunter2",
+	} {
+		addr := Addr(dsn)
+		for _, piece := range strings.FieldsFunc(want, func(r rune) bool { return strings.ContainsRune("@/:", r) }) {
+			if strings.Contains(addr, piece) && !strings.Contains("bob@127.0.0.1:5432/db db.example.com:5433/pool", piece) {
+				t.Errorf("Addr(%q) = %q: shows %q of the password", dsn, addr, piece)
+			}
+		}
+		if !strings.HasPrefix(addr, "bob@") {
+			t.Errorf("Addr(%q) = %q: want the user", dsn, addr)
+		}
+	}
+	if got := Addr("postgres://bob:hunter2@db.example.com:5433/pool"); got != "bob@db.example.com:5433/pool" {
+		t.Errorf("a plain URL: %q", got)
+	}
+}

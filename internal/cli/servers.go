@@ -93,14 +93,9 @@ func readDSNFile(path string) ([]string, error) {
 	return out, nil
 }
 
-// serverAddr names a server by user@host:port/database, never its password.
-func serverAddr(dsn string) string {
-	cc, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return "(a DSN that does not parse)"
-	}
-	return fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)
-}
+// serverAddr names a server by user@host:port/database, never its
+// password nor a piece of it (engine.Addr).
+func serverAddr(dsn string) string { return engine.Addr(dsn) }
 
 // serversDB is a pool over several servers, opened.
 type serversDB struct {
