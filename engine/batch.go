@@ -15,9 +15,6 @@ type CommitItem struct {
 	Token     int64
 	RequestID string
 	Payload   string
-	// Server: on a pool over several servers, the server the lease names
-	// (Servers sends the call there); an Engine, one server, ignores it.
-	Server string
 }
 
 // The batched fenced commit: every row is still checked on its own token and

@@ -19,9 +19,6 @@ type LeaseCommitParams struct {
 	// NoFence commits without checking the token or the lease: the
 	// split-brain demo. Two holders of one id can then both record effects.
 	NoFence bool
-	// Server: on a pool over several servers, the server the lease names
-	// (Servers sends the call there); an Engine, one server, ignores it.
-	Server string
 }
 
 // CommitResult describes the accepted effect.

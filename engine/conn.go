@@ -153,13 +153,10 @@ func ConnectLater(opts ConnOptions) (*Pool, error) {
 // naming the server and user but never the password.
 func ConnectError(cc *pgx.ConnConfig, err error) error {
 	msg := connectError(cc, err).Error()
-	// A URL whose password holds a raw / or : parses with pieces of the
+	// A URL whose password holds a raw @, / or : parses with pieces of the
 	// password as host, port or database, which the line names: mask the
-	// password as written in the connection string too.
-	for _, pw := range []string{passwordIn(cc.ConnString()), cc.Password} {
-		msg = Redact(msg, pw)
-	}
-	ce := &ConnError{msg: msg}
+	// password as written in the connection string, and its pieces.
+	ce := &ConnError{msg: redactPassword(msg, cc.ConnString(), cc.Password)}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		ce.Code = pgErr.Code

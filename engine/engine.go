@@ -112,9 +112,6 @@ type Lease struct {
 	Token       int64      `json:"token"`
 	LeasedUntil *time.Time `json:"leased_until"`
 	Holder      string     `json:"holder,omitempty"`
-	// Server names the server the id lives on, in a pool over several
-	// (ServerMark.Name); empty on a pool on one server.
-	Server string `json:"server,omitempty"`
 }
 
 // Stats are the engine's own counters, cheap to read at any time.

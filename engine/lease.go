@@ -349,9 +349,6 @@ type LeaseRenewParams struct {
 	ID    int64
 	Token int64
 	TTL   time.Duration // the new lease runs TTL from now on the database clock
-	// Server: on a pool over several servers, the server the lease names
-	// (Servers sends the call there); an Engine, one server, ignores it.
-	Server string
 }
 
 // Renew extends a live lease. The token does not change: the owner does not.
@@ -391,9 +388,6 @@ func (e *Engine) LeaseRenew(ctx context.Context, p *LeaseRenewParams) (Lease, er
 type LeaseReleaseParams struct {
 	ID    int64
 	Token int64
-	// Server: on a pool over several servers, the server the lease names
-	// (Servers sends the call there); an Engine, one server, ignores it.
-	Server string
 }
 
 // Release returns the id to the pool and bumps the token, so that the old
@@ -436,9 +430,6 @@ type LeaseTransferParams struct {
 	Token int64
 	To    string        // the new holder
 	TTL   time.Duration // 0 keeps the current expiry; otherwise a fresh lease of TTL
-	// Server: on a pool over several servers, the server the lease names
-	// (Servers sends the call there); an Engine, one server, ignores it.
-	Server string
 }
 
 // Transfer hands a live lease to another holder with a higher token: the

@@ -686,15 +686,21 @@ func Addr(dsn string) string {
 	if err != nil {
 		return "(a DSN that does not parse)"
 	}
-	addr := fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database)
-	for _, pw := range []string{passwordIn(dsn), cc.Password} {
+	return redactPassword(fmt.Sprintf("%s@%s:%d/%s", cc.User, cc.Host, cc.Port, cc.Database), dsn, cc.Password)
+}
+
+// redactPassword masks in text the password of dsn as written, the one a
+// parser read (parsed), and each piece of them between the characters a
+// URL parser splits on.
+func redactPassword(text, dsn, parsed string) string {
+	for _, pw := range []string{passwordIn(dsn), parsed} {
 		if pw == "" {
 			continue
 		}
-		addr = Redact(addr, pw)
+		text = Redact(text, pw)
 		for _, piece := range strings.FieldsFunc(pw, func(r rune) bool { return strings.ContainsRune("@/?#:", r) }) {
-			addr = Redact(addr, piece)
+			text = Redact(text, piece)
 		}
 	}
-	return addr
+	return text
 }

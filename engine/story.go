@@ -14,9 +14,6 @@ import (
 type LeaseCheckParams struct {
 	ID    int64
 	Token int64
-	// Server: on a pool over several servers, the server the lease names
-	// (Servers sends the call there); an Engine, one server, ignores it.
-	Server string
 }
 
 // sqlLeaseCheck reads whether (id, token) is the live lease right now, by

@@ -57,7 +57,7 @@ func (wk *worker) transfer(ctx context.Context, cfg *Config, leases []engine.Lea
 	s := wk.shard
 	for _, l := range leases {
 		to := wk.peer(cfg)
-		nl, err := wk.w.eng.LeaseTransfer(ctx, &engine.LeaseTransferParams{ID: l.ID, Token: l.Token, Server: l.Server, To: to, TTL: cfg.TTL})
+		nl, err := wk.w.eng.LeaseTransfer(ctx, &engine.LeaseTransferParams{ID: l.ID, Token: l.Token, To: to, TTL: cfg.TTL})
 		switch {
 		case engine.IsRejected(err):
 			s.add(cLeaseLost, 1)
@@ -87,9 +87,9 @@ func rejected(err error) bool { return engine.IsRejected(err) || errors.Is(err, 
 // check that its token is current, freezing between the check and the
 // write when pauseAfterCheck; with fencing off, unchecked.
 func (wk *worker) commitOne(ctx context.Context, cfg *Config, l engine.Lease, holder, reqID string, afterCheck pause) (engine.CommitResult, error) {
-	p := &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Server: l.Server, Holder: holder, RequestID: reqID, NoFence: !cfg.Fencing}
+	p := &engine.LeaseCommitParams{ID: l.ID, Token: l.Token, Holder: holder, RequestID: reqID, NoFence: !cfg.Fencing}
 	if cfg.Fencing && cfg.FenceInApp {
-		ok, err := wk.w.eng.LeaseCheck(ctx, &engine.LeaseCheckParams{ID: l.ID, Token: l.Token, Server: l.Server})
+		ok, err := wk.w.eng.LeaseCheck(ctx, &engine.LeaseCheckParams{ID: l.ID, Token: l.Token})
 		if err != nil {
 			return engine.CommitResult{}, err
 		}
@@ -181,7 +181,7 @@ func (wk *worker) freeze(ctx context.Context, cfg *Config, leases []engine.Lease
 	l := leases[0]
 	deadline := time.Now().Add(maxStagedPause)
 	for time.Now().Before(deadline) {
-		done, err := wk.w.eng.LeaseSuperseded(ctx, &engine.LeaseCheckParams{ID: l.ID, Token: l.Token, Server: l.Server})
+		done, err := wk.w.eng.LeaseSuperseded(ctx, &engine.LeaseCheckParams{ID: l.ID, Token: l.Token})
 		if err != nil {
 			wk.shard.fail(err)
 		}

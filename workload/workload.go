@@ -64,9 +64,7 @@ type Workload struct {
 	run startstop.Runner
 }
 
-// Engine is what a workload drives: one server's engine (*engine.Engine) or
-// a pool over several servers (*engine.Servers), which sends each lease's
-// calls to the server the lease names.
+// Engine is what a workload drives: the lease engine of one pool.
 type Engine interface {
 	LeaseAcquire(ctx context.Context, p *engine.LeaseAcquireParams) ([]engine.Lease, error)
 	LeaseRenew(ctx context.Context, p *engine.LeaseRenewParams) (engine.Lease, error)
@@ -84,10 +82,7 @@ type Engine interface {
 	Stats() engine.Stats
 }
 
-var (
-	_ Engine = (*engine.Engine)(nil)
-	_ Engine = (*engine.Servers)(nil)
-)
+var _ Engine = (*engine.Engine)(nil)
 
 // New validates cfg and returns a stopped workload over eng.
 func New(eng Engine, cfg Config) (*Workload, error) {
@@ -667,7 +662,7 @@ func (wk *worker) work(ctx context.Context, cfg *Config, leases []engine.Lease) 
 		}
 		kept := leases[:0]
 		for _, l := range leases {
-			nl, err := wk.w.eng.LeaseRenew(ctx, &engine.LeaseRenewParams{ID: l.ID, Token: l.Token, Server: l.Server, TTL: cfg.TTL})
+			nl, err := wk.w.eng.LeaseRenew(ctx, &engine.LeaseRenewParams{ID: l.ID, Token: l.Token, TTL: cfg.TTL})
 			switch {
 			case err == nil:
 				wk.shard.add(cRenewed, 1)
@@ -686,7 +681,7 @@ func (wk *worker) work(ctx context.Context, cfg *Config, leases []engine.Lease) 
 
 func (wk *worker) release(ctx context.Context, leases []engine.Lease) {
 	for _, l := range leases {
-		_, err := wk.w.eng.LeaseRelease(ctx, &engine.LeaseReleaseParams{ID: l.ID, Token: l.Token, Server: l.Server})
+		_, err := wk.w.eng.LeaseRelease(ctx, &engine.LeaseReleaseParams{ID: l.ID, Token: l.Token})
 		switch {
 		case err == nil:
 			wk.shard.add(cReleased, 1)
@@ -707,7 +702,7 @@ func (wk *worker) commit(ctx context.Context, cfg *Config, leases []engine.Lease
 	if cfg.BatchCommit && cfg.Fencing && !cfg.FenceInApp && cfg.AckLoss == 0 && len(leases) > 1 {
 		items := make([]engine.CommitItem, len(leases))
 		for i, l := range leases {
-			items[i] = engine.CommitItem{ID: l.ID, Token: l.Token, Server: l.Server, RequestID: reqID(l)}
+			items[i] = engine.CommitItem{ID: l.ID, Token: l.Token, RequestID: reqID(l)}
 		}
 		_, errs, err := wk.w.eng.LeaseCommitBatch(ctx, wk.name, items)
 		if err != nil && !unknownOutcome(err) {

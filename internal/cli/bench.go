@@ -36,7 +36,6 @@ type benchOptions struct {
 	partitions          int
 	servers             string // --servers: server counts to compare, each a pool over that many throwaway servers
 	citus               bool   // --citus: a throwaway Citus cluster beside a throwaway server
-	serverCounts        []int
 
 	modes  []workload.BenchMode // --strategies, each batched one at --batch
 	counts []int                // --workers
@@ -44,7 +43,7 @@ type benchOptions struct {
 
 func newBenchCmd(g *globals) *cobra.Command {
 	o := &benchOptions{}
-	return onServers(g.command(o, &cobra.Command{
+	return g.command(o, &cobra.Command{
 		Use:   "bench",
 		Short: "Measure each claim strategy beside pgbench running its statements",
 		Long: `Run the full acquire → fenced commit cycle for each strategy at each worker
@@ -84,7 +83,7 @@ scratch schema on each (see --servers for what it prints).`,
 			scratchDefault(g, cmd, "bench")
 			o.poolSizeSet = cmd.Flag("pool-size").Changed
 		},
-	}))
+	})
 }
 
 func (o *benchOptions) addFlags(c *cobra.Command, g *globals) {
@@ -99,7 +98,8 @@ func (o *benchOptions) addFlags(c *cobra.Command, g *globals) {
 	f.IntVar(&o.batch, "batch", 1000, "ids per claim and per commit in the batched mode")
 	f.DurationVar(&o.rtt, "rtt", 0, "simulated network round trip added to every exchange with the server (e.g. 1ms)")
 	f.BoolVar(&o.citus, "citus", false, "compare a throwaway PostgreSQL server with a throwaway Citus cluster (a coordinator and two workers) on this machine, the lease calls through the coordinator and sent to the nodes: cycles/s, and each node's CPU per cycle; skip-locked and batched only, no pgbench twins")
-	f.StringVar(&o.servers, "servers", "", "compare pools over this many throwaway servers, side by side (e.g. 1,2,3): each server's CPU share beside the figures; no pgbench twins")
+	f.StringVar(&o.servers, "servers", "", "gone: bench --citus compares one server with a Citus cluster")
+	_ = f.MarkHidden("servers")
 	partitionsFlag(c, &o.partitions)
 	g.loadFlags(c, "print JSON")
 }
@@ -163,18 +163,8 @@ func (o *benchOptions) validate(g *globals) error {
 		}
 		o.modes = modes
 	}
-	o.serverCounts = nil
 	if o.servers != "" {
-		if g.dsn != "" || len(g.servers) > 0 {
-			return usageError{errors.New("--servers starts its own throwaway servers: drop --dsn (or give --dsn once per server of yours, without --servers)")}
-		}
-		for _, s := range strings.Split(o.servers, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || n < 1 || n > 8 {
-				return usageError{fmt.Errorf("--servers %q: a list of server counts between 1 and 8 (e.g. 1,2,3)", s)}
-			}
-			o.serverCounts = append(o.serverCounts, n)
-		}
+		return errServersGone
 	}
 	return nil
 }
@@ -182,9 +172,6 @@ func (o *benchOptions) validate(g *globals) error {
 func (o *benchOptions) run(ctx context.Context, g *globals) error {
 	if o.citus {
 		return o.runCitus(ctx, g)
-	}
-	if len(o.serverCounts) > 0 || len(g.servers) > 0 {
-		return o.runServers(ctx, g)
 	}
 	maxConns := int32(min(slices.Max(o.counts), o.maxConns))
 	d, err := g.open(ctx, openOptions{appName: "pooltop-bench", maxConns: maxConns, write: true, migrate: true, load: true, rtt: o.rtt, partitions: o.partitions,

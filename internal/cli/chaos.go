@@ -58,7 +58,7 @@ func newChaosCmd(g *globals) *cobra.Command {
 	for _, s := range workload.Scenarios {
 		names = append(names, fmt.Sprintf("  %-20s %s", s.Name, s.About))
 	}
-	return onServers(g.command(&chaosOptions{}, &cobra.Command{
+	return g.command(&chaosOptions{}, &cobra.Command{
 		Use:   "chaos",
 		Short: "Run a failure scenario headless, then audit the database",
 		Long: `Run a scenario for --duration with its faults, stop the faults and the
@@ -78,7 +78,7 @@ none, and audits every server.
 Scenarios:
 ` + strings.Join(names, "\n"),
 		PreRun: func(cmd *cobra.Command, _ []string) { scratchDefault(g, cmd, "chaos") },
-	}))
+	})
 }
 
 func (o *chaosOptions) addFlags(c *cobra.Command, g *globals) {
@@ -94,7 +94,8 @@ func (o *chaosOptions) addFlags(c *cobra.Command, g *globals) {
 	f.IntVar(&o.procs, "processes", 4, "with --faults: pooltop work processes in the fleet")
 	f.DurationVar(&o.every, "fault-every", 2*time.Second, "with --faults: mean time between faults")
 	f.BoolVar(&o.citus, "citus", false, "run the scenario on a throwaway Citus cluster (a coordinator and two workers; the pool over 32 shards), then audit it: the scenarios with the skip-locked claim and the database's fence")
-	f.IntVar(&o.servers, "servers", 0, "run the scenario on a pool over this many throwaway servers (2..8) and stop one hard (an immediate shutdown) from a third of the run to two thirds: claims must go on at the others, its leases come back after it does, and the audit of every server must hold")
+	f.IntVar(&o.servers, "servers", 0, "gone: chaos --citus runs the scenario on a throwaway Citus cluster")
+	_ = f.MarkHidden("servers")
 	partitionsFlag(c, &o.partitions)
 	o.changed = f.Changed
 	g.loadFlags(c, "print the summary as JSON")
@@ -129,16 +130,7 @@ func (o *chaosOptions) validate(g *globals) error {
 		return err
 	}
 	if o.changed("servers") {
-		switch {
-		case o.servers < 2 || o.servers > 8:
-			return usageError{fmt.Errorf("--servers %d: between 2 and 8", o.servers)}
-		case g.dsn != "" || len(g.servers) > 0:
-			return usageError{errors.New("--servers stops a server hard: it runs only on throwaway servers it starts itself; drop --dsn")}
-		case o.faults != "":
-			return usageError{errors.New("--servers stops a server; --faults injects other faults on one server: give one or the other")}
-		case o.duration < 3*time.Second:
-			return usageError{fmt.Errorf("--duration %v: with --servers at least 3s (a server is down for the middle third)", o.duration)}
-		}
+		return errServersGone
 	}
 	if o.citus {
 		cfg := sc.Config(o.seed)
@@ -193,9 +185,6 @@ func (o *chaosOptions) validate(g *globals) error {
 func (o *chaosOptions) run(ctx context.Context, g *globals) error {
 	if o.kind != nil {
 		return o.runFaults(ctx, g)
-	}
-	if o.servers > 0 || len(g.servers) > 0 {
-		return o.runServers(ctx, g)
 	}
 	if o.citus {
 		return o.runCitus(ctx, g)

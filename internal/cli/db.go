@@ -154,20 +154,6 @@ func (g *globals) open(ctx context.Context, o openOptions) (*database, error) {
 	if err := d.eng.CheckSchema(ctx, o.write && !g.allowWrites); err != nil {
 		return nil, err
 	}
-	if o.wholePool || o.load {
-		mark, err := d.eng.ReadMark(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if mark.Servers > 1 {
-			what := strings.TrimPrefix(o.appName, "pooltop-")
-			if what == "workload" {
-				what = "the workload"
-			}
-			return nil, usageError{fmt.Errorf("%s is server %s of pool %s, which spans %d servers; %s runs on the whole pool: give every server's --dsn, --dsn once for each (or --dsn-file)",
-				serverAddr(d.dsn), mark.Name, mark.Pool, mark.Servers, what)}
-		}
-	}
 	if d.embedded != nil && o.seedEmbedded > 0 {
 		if _, err := d.eng.Seed(ctx, o.seedEmbedded); err != nil {
 			return nil, err

@@ -27,7 +27,7 @@ type demoOptions struct {
 	maxConns int
 	// partitions: create the pool hash-partitioned on id in this many partitions.
 	partitions int
-	// servers: run on a pool over this many throwaway servers.
+	// servers: the flag of the retired demo over several servers, refused.
 	servers int
 	// citus: run on a throwaway Citus cluster.
 	citus  bool
@@ -45,7 +45,8 @@ func (o *demoOptions) addFlags(c *cobra.Command, g *globals) {
 	f.StringVar(&o.scenario, "scenario", "healthy", "the scenario preset to start with (see pooltop chaos --help)")
 	f.IntVar(&o.maxConns, "max-conns", 16, "connections the workers share")
 	partitionsFlag(c, &o.partitions)
-	f.IntVar(&o.servers, "servers", 0, "run the demo on a pool over this many throwaway servers (2..8): claims spread over them, one reaper reaps each, and the dashboard shows a row per server (or give --dsn once per server of a pool pooltop migrate made)")
+	f.IntVar(&o.servers, "servers", 0, "gone: pooltop --citus runs the demo on a throwaway Citus cluster")
+	_ = f.MarkHidden("servers")
 	f.BoolVar(&o.citus, "citus", false, "run the demo on a throwaway Citus cluster (a coordinator and two workers, when Citus is installed): the pool spread over 32 shards, a row per node, and the key S stops a worker hard and starts it again")
 	f.DurationVar(&o.reaper.Interval, "reaper-interval", time.Second, "time between reaper passes")
 	f.IntVar(&o.reaper.Batch, "reaper-batch", 1000, "rows per reaper statement")
@@ -119,9 +120,6 @@ func (o *demoOptions) run(ctx context.Context, g *globals) error {
 	defer metrics.close()
 	if o.citus {
 		return o.runCitus(ctx, g, metrics)
-	}
-	if o.servers > 0 || len(g.servers) > 0 {
-		return o.runServers(ctx, g, metrics)
 	}
 	d, err := g.open(ctx, openOptions{appName: "pooltop-workload", maxConns: int32(o.maxConns), write: true, migrate: true, load: true, partitions: o.partitions})
 	if err != nil {

@@ -54,7 +54,7 @@ func exitCode(err error) int {
 		return exitLeaseLost
 	case errors.Is(err, engine.ErrPoolEmpty):
 		return exitPoolEmpty
-	case errors.Is(err, engine.ErrInvalidArgument), errors.Is(err, engine.ErrServers):
+	case errors.Is(err, engine.ErrInvalidArgument):
 		return exitUsage
 	}
 	return exitError

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -21,7 +20,6 @@ type leaseFlags struct {
 	n, batch                                 int
 	id, token                                int64
 	noLease, noFence                         bool
-	server                                   string
 }
 
 func newLeaseCmd(g *globals) *cobra.Command {
@@ -40,8 +38,6 @@ the pooltop marker unless --allow-writes is given.
 	}
 	lease.PersistentFlags().BoolVar(&g.jsonOut, "json", false, "print JSON")
 	lease.PersistentFlags().BoolVar(&g.allowWrites, "allow-writes", false, "write even if the database lacks the pooltop marker")
-	lease.PersistentFlags().StringVar(&c.f.server, "server", "", "on a pool over several servers: the server the lease is on (its `server` field: s1, s2, …)")
-	onServers(lease)
 
 	lease.AddCommand(c.acquireCmd(), c.renewCmd(), c.releaseCmd(), c.transferCmd(), c.commitCmd(), c.reapCmd(), c.showCmd(), c.listCmd())
 	return lease
@@ -64,10 +60,6 @@ type leaseSub struct {
 	check    func(cmd *cobra.Command) error // after required; nil: none
 	write    bool
 	act      leaseAction
-	// spread is the action on a pool over several servers, when it is not
-	// act on the server --server names: a claim spread over the servers,
-	// a reap of every server.
-	spread func(ctx context.Context, s *engine.Servers) (result any, text func(w io.Writer) error, err error)
 }
 
 // command completes cmd into a lease subcommand: it checks the flags
@@ -86,9 +78,6 @@ func (c *leaseCLI) command(cmd *cobra.Command, s leaseSub) *cobra.Command {
 				return err
 			}
 		}
-		if len(c.g.servers) > 0 {
-			return c.onServers(cmd, s)
-		}
 		d, err := c.g.open(cmd.Context(), openOptions{appName: "pooltop-lease", maxConns: 2, write: s.write, seedEmbedded: 1000})
 		if err != nil {
 			return err
@@ -103,70 +92,15 @@ func (c *leaseCLI) command(cmd *cobra.Command, s leaseSub) *cobra.Command {
 	return cmd
 }
 
-// onServers runs a lease subcommand on a pool over several servers: its
-// spread action, or its action on the server --server names.
-func (c *leaseCLI) onServers(cmd *cobra.Command, s leaseSub) error {
-	ctx := cmd.Context()
-	if s.spread == nil && c.f.server == "" {
-		return usageError{fmt.Errorf("%s: --server is required on a pool over several servers: name the server the id is on (the lease's server field: s1, s2, …)", cmd.CommandPath())}
-	}
-	d, err := c.g.openServers(ctx, "pooltop-lease", 2, true)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if s.spread != nil {
-		v, text, err := s.spread(ctx, d.s)
-		if err != nil {
-			return err
-		}
-		return c.g.emit(v, text)
-	}
-	var m *engine.Member
-	var names []string
-	for _, x := range d.s.Members() {
-		if x.Name() == c.f.server {
-			m = x
-		}
-		names = append(names, x.Name())
-	}
-	if m == nil {
-		return usageError{fmt.Errorf("--server %q: pool %s has no such server answering (servers: %s)", c.f.server, d.s.Pool, strings.Join(names, ", "))}
-	}
-	v, text, err := s.act(ctx, m.Eng)
-	if err != nil {
-		return fmt.Errorf("server %s: %w", m.Name(), err)
-	}
-	switch l := v.(type) {
-	case engine.Lease:
-		l.Server = m.Name()
-		v, text = l, leaseTable(l)
-	case []engine.Lease:
-		for i := range l {
-			l[i].Server = m.Name()
-		}
-		text = leaseTable(l...)
-	}
-	return c.g.emit(v, text)
-}
-
-// leaseTable prints leases as a table, with their server on a pool over
-// several.
+// leaseTable prints leases as a table.
 func leaseTable(ls ...engine.Lease) func(w io.Writer) error {
 	return func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		server := len(ls) > 0 && ls[0].Server != ""
-		if server {
-			fmt.Fprint(tw, "SERVER\t")
-		}
 		fmt.Fprintln(tw, "ID\tIDENTIFIER\tTOKEN\tHOLDER\tLEASED UNTIL")
 		for _, l := range ls {
 			until := "never (no lease)"
 			if l.LeasedUntil != nil {
 				until = l.LeasedUntil.UTC().Format(time.RFC3339Nano)
-			}
-			if server {
-				fmt.Fprintf(tw, "%s\t", l.Server)
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\n", l.ID, termtext.Escape(l.Identifier), l.Token, termtext.Escape(l.Holder), until)
 		}
@@ -212,11 +146,6 @@ func (c *leaseCLI) acquireCmd() *cobra.Command {
 		},
 		act: func(ctx context.Context, e *engine.Engine) (any, func(io.Writer) error, error) {
 			ls, err := e.LeaseAcquire(ctx, &engine.LeaseAcquireParams{
-				Holder: f.holder, TTL: f.ttl, N: f.n, Strategy: st, NoLease: f.noLease})
-			return ls, leaseTable(ls...), err
-		},
-		spread: func(ctx context.Context, s *engine.Servers) (any, func(io.Writer) error, error) {
-			ls, err := s.LeaseAcquire(ctx, &engine.LeaseAcquireParams{
 				Holder: f.holder, TTL: f.ttl, N: f.n, Strategy: st, NoLease: f.noLease})
 			return ls, leaseTable(ls...), err
 		}})
@@ -420,25 +349,6 @@ func (c *leaseCLI) reapCmd() *cobra.Command {
 				fmt.Fprintf(w, "reclaimed %d expired leases\n", res.Reclaimed)
 				return nil
 			}, err
-		},
-		spread: func(ctx context.Context, s *engine.Servers) (any, func(io.Writer) error, error) {
-			var total int64
-			per := map[string]int64{}
-			for _, m := range s.Members() {
-				if err := m.Down(time.Now()); err != nil {
-					return nil, nil, fmt.Errorf("%s: %w: reap it when it answers", m.Addr, err)
-				}
-				res, err := m.Eng.LeaseReap(ctx, &engine.LeaseReapParams{Batch: f.batch, Grace: f.grace})
-				if err != nil {
-					return nil, nil, fmt.Errorf("server %s: %w", m.Name(), err)
-				}
-				total += int64(res.Reclaimed)
-				per[m.Name()] = int64(res.Reclaimed)
-			}
-			return map[string]any{"reclaimed": total, "servers": per}, func(w io.Writer) error {
-				fmt.Fprintf(w, "reclaimed %d expired leases over %d servers\n", total, len(per))
-				return nil
-			}, nil
 		}})
 	reap.Flags().IntVar(&f.batch, "batch", 1000, fmt.Sprintf("at most this many rows (1..%d)", engine.MaxBatch))
 	reap.Flags().DurationVar(&f.grace, "grace", 0, "only leases expired for longer than this")

@@ -20,7 +20,7 @@ type migrateOptions struct {
 }
 
 func newMigrateCmd(g *globals) *cobra.Command {
-	return onServers(g.command(&migrateOptions{}, &cobra.Command{
+	return g.command(&migrateOptions{}, &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the pooltop schema (idempotent, safe to run concurrently)",
 		Long: `Create or upgrade the pooltop schema in --schema: resource_pool (the basic
@@ -44,13 +44,13 @@ schema that already holds an unpartitioned pool is refused.
 
 The database comes from --dsn, else DATABASE_URL, else the PG* variables.
 
-Given --dsn once per server (or --dsn-file), it sets up a pool over several
-servers: the schema on each, and a mark in each one's pooltop_meta naming
-the pool, the server (s1, s2, …) and how many servers the pool has. Every
-server must answer. Run it again with a new server added to the list to
-add capacity: the others keep their names and rows, and seed places new
-ids on every server, the new one included (docs/servers.md).`,
-	}))
+On a Citus coordinator (the citus extension in the database, active
+workers) it lays the pool out for Citus: resource_pool and
+business_ledger distributed by a shard column derived from the
+identifier, 32 colocated shards, and the lease operations as functions
+delegated to the node of each shard (docs/citus.md). --dry-run prints the
+Citus calls too.`,
+	})
 }
 
 func (o *migrateOptions) addFlags(c *cobra.Command, g *globals) {
@@ -74,9 +74,6 @@ func (o *migrateOptions) validate(g *globals) error {
 }
 
 func (o *migrateOptions) run(ctx context.Context, g *globals) error {
-	if len(g.servers) > 0 {
-		return o.runServers(ctx, g)
-	}
 	res, err := g.migrate(ctx, g.resolvedDSN(), g.dsnFrom(), migrations.Options{Adopt: g.allowWrites, DryRun: o.dryRun, Partitions: o.partitions})
 	if err != nil {
 		return err
@@ -110,84 +107,4 @@ func checkPartitionsFlag(n int) error {
 		return usageError{fmt.Errorf("--partitions %d: out of range: give between %d and %d partitions (or leave it out for an unpartitioned pool)", n, migrations.MinPartitions, migrations.MaxPartitions)}
 	}
 	return nil
-}
-
-// serverPlan is migrate's result for one server of a pool over several.
-type serverPlan struct {
-	Server     string   `json:"server"`
-	Addr       string   `json:"addr"`
-	Pool       string   `json:"pool"`
-	Servers    int      `json:"servers"`
-	Joined     bool     `json:"joined"` // the server was not part of the pool before
-	Version    int64    `json:"version"`
-	Statements []string `json:"statements"`
-}
-
-// runServers migrates every server of a pool over several and marks each.
-// It reads every server's mark before it writes anything, so that a list
-// mixing pools, naming a server twice or leaving one out changes nothing.
-func (o *migrateOptions) runServers(ctx context.Context, g *globals) error {
-	d := &serversDB{}
-	defer d.Close()
-	var engines []*engine.Engine
-	var have []engine.ServerMark
-	var addrs []string
-	for _, dsn := range g.servers {
-		pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: dsn, From: "--dsn", Schema: g.schema, AppName: "pooltop-migrate", MaxConns: 1})
-		if err != nil {
-			return fmt.Errorf("%w (migrate needs every server of the pool to answer)", err)
-		}
-		d.pools = append(d.pools, pool)
-		e := engine.New(pool)
-		m, err := e.ReadMark(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", serverAddr(dsn), err)
-		}
-		engines, have, addrs = append(engines, e), append(have, m), append(addrs, serverAddr(dsn))
-	}
-	marks, err := engine.PlanMarks(have, addrs)
-	if err != nil {
-		return err
-	}
-	var out []serverPlan
-	for i, dsn := range g.servers {
-		res, err := g.migrate(ctx, dsn, "--dsn", migrations.Options{Adopt: g.allowWrites, DryRun: o.dryRun, Partitions: o.partitions})
-		if err != nil {
-			return fmt.Errorf("%s: %w", addrs[i], err)
-		}
-		out = append(out, serverPlan{Server: marks[i].Name, Addr: addrs[i], Pool: marks[i].Pool, Servers: marks[i].Servers,
-			Joined: have[i].Pool == "", Version: res.Version, Statements: res.Statements})
-		if o.dryRun {
-			continue
-		}
-		// Two DSNs that reach one database: the first wrote its mark there.
-		now, err := engines[i].ReadMark(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", addrs[i], err)
-		}
-		if now != have[i] {
-			return fmt.Errorf("%w: %s reaches the same database as a server listed before it (it now says %s of pool %s): list each server once",
-				engine.ErrServers, addrs[i], now.Name, now.Pool)
-		}
-		if err := engines[i].WriteMark(ctx, marks[i]); err != nil {
-			return fmt.Errorf("%s: %w", addrs[i], err)
-		}
-	}
-	return g.emit(map[string]any{"schema": g.schema, "dry_run": o.dryRun, "partitions": o.partitions, "servers": out}, func(w io.Writer) error {
-		for _, p := range out {
-			what := "is"
-			if p.Joined {
-				what = "joined the pool and is"
-			}
-			if o.dryRun {
-				fmt.Fprintf(w, "-- %s (%s) would be server %s of %d in pool %s\n", p.Addr, g.schema, p.Server, p.Servers, p.Pool)
-				for _, s := range p.Statements {
-					fmt.Fprintf(w, "%s;\n\n", strings.TrimRight(s, ";\n "))
-				}
-				continue
-			}
-			fmt.Fprintf(w, "server %s (%s, schema %s) %s at version %d: %d servers in pool %s\n", p.Server, p.Addr, g.schema, what, p.Version, p.Servers, p.Pool)
-		}
-		return nil
-	})
 }

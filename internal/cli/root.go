@@ -150,7 +150,7 @@ func version() string {
 }
 
 func newRootCmd(g *globals) *cobra.Command {
-	root := onServers(g.command(&demoOptions{}, &cobra.Command{
+	root := g.command(&demoOptions{}, &cobra.Command{
 		Use:   "pooltop",
 		Short: "A lease engine and live dashboard for a PostgreSQL resource pool",
 		Long: `pooltop runs and shows a PostgreSQL resource pool: workers claim ids with
@@ -181,7 +181,7 @@ psql.
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 		SilenceErrors:     true,
 		Args:              cobra.NoArgs,
-	}))
+	})
 	root.Version = version()
 	root.SetVersionTemplate("pooltop {{.Version}}\n")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {

@@ -17,7 +17,7 @@ type seedOptions struct {
 }
 
 func newSeedCmd(g *globals) *cobra.Command {
-	return onServers(g.command(&seedOptions{}, &cobra.Command{
+	return g.command(&seedOptions{}, &cobra.Command{
 		Use:   "seed",
 		Short: "Add --count free ids to the pool",
 		Long: `Add --count UNUSED ids to the pool, as a producer decoupled from the
@@ -30,7 +30,7 @@ and why.
 On a pool over several servers (--dsn once per server), ids are numbered on
 from the highest of any server and each is placed on the server a stable
 hash of its identifier picks; every server must answer.`,
-	}))
+	})
 }
 
 func (o *seedOptions) addFlags(c *cobra.Command, g *globals) {
@@ -47,9 +47,6 @@ func (o *seedOptions) validate(*globals) error {
 }
 
 func (o *seedOptions) run(ctx context.Context, g *globals) error {
-	if len(g.servers) > 0 {
-		return o.runServers(ctx, g)
-	}
 	d, err := g.open(ctx, openOptions{appName: "pooltop-seed", write: true, wholePool: true})
 	if err != nil {
 		return err
@@ -63,32 +60,6 @@ func (o *seedOptions) run(ctx context.Context, g *globals) error {
 	el := time.Since(start)
 	return g.emit(map[string]any{"inserted": n, "seconds": el.Seconds()}, func(w io.Writer) error {
 		fmt.Fprintf(w, "seeded %d ids in %.2fs (%.0f ids/s)\n", n, el.Seconds(), float64(n)/el.Seconds())
-		return nil
-	})
-}
-
-func (o *seedOptions) runServers(ctx context.Context, g *globals) error {
-	d, err := g.openServers(ctx, "pooltop-seed", 2, false)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	start := time.Now()
-	added, err := d.s.Seed(ctx, o.count)
-	var n int64
-	for _, v := range added {
-		n += v
-	}
-	if err != nil {
-		return fmt.Errorf("%w (%d ids added before it stopped)", err, n)
-	}
-	el := time.Since(start)
-	return g.emit(map[string]any{"inserted": n, "seconds": el.Seconds(), "servers": added}, func(w io.Writer) error {
-		fmt.Fprintf(w, "seeded %d ids in %.2fs (%.0f ids/s) over %d servers:", n, el.Seconds(), float64(n)/el.Seconds(), len(added))
-		for _, m := range d.s.Members() {
-			fmt.Fprintf(w, " %s %d", m.Name(), added[m.Name()])
-		}
-		fmt.Fprintln(w)
 		return nil
 	})
 }

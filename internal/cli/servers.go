@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -13,11 +12,12 @@ import (
 	"github.com/pooltop-dev/pooltop/engine"
 )
 
-// serversAnnotation marks a command that works on a pool over several
-// servers (--dsn given more than once, or --dsn-file).
+// serversAnnotation marks a command that looks at several pools at once,
+// each on its server (--dsn given more than once, or --dsn-file): watch,
+// doctor and verify.
 const serversAnnotation = "pooltop/servers"
 
-// onServers marks c as taking several servers.
+// onServers marks c as taking several servers, each a pool of its own.
 func onServers(c *cobra.Command) *cobra.Command {
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
@@ -66,7 +66,7 @@ func (g *globals) settleDSNs(cmd *cobra.Command) error {
 			return nil
 		}
 	}
-	return usageError{fmt.Errorf("%s takes one server; %d were given: a pool over several servers is set up and worked with migrate, seed, verify, lease, work, watch, doctor, bench, chaos and the demo",
+	return usageError{fmt.Errorf("%s works on one pool, on one server or on a Citus cluster; %d --dsn were given: to scale a pool past one machine, run it on Citus (pooltop migrate --dsn on its coordinator; docs/citus.md); watch, doctor and verify take several --dsn to look at several pools at once",
 		cmd.CommandPath(), len(dsns))}
 }
 
@@ -96,54 +96,3 @@ func readDSNFile(path string) ([]string, error) {
 // serverAddr names a server by user@host:port/database, never its
 // password nor a piece of it (engine.Addr).
 func serverAddr(dsn string) string { return engine.Addr(dsn) }
-
-// serversDB is a pool over several servers, opened.
-type serversDB struct {
-	s     *engine.Servers
-	pools []*engine.Pool
-}
-
-func (d *serversDB) Close() {
-	for _, p := range d.pools {
-		p.Close()
-	}
-}
-
-// openServers connects to every server of g.servers and checks that they
-// make one pool (engine.OpenServers). A server that does not answer is
-// left to be tried again, as long as one does, when later is set; a
-// command that needs every server (seed, verify) does not set it.
-func (g *globals) openServers(ctx context.Context, appName string, maxConns int32, later bool) (*serversDB, error) {
-	if err := engine.ValidSchema(g.schema); err != nil {
-		return nil, usageError{fmt.Errorf("--schema: %w", err)}
-	}
-	d := &serversDB{}
-	var targets []engine.Target
-	for _, dsn := range g.servers {
-		opts := engine.ConnOptions{DSN: dsn, From: "--dsn", Schema: g.schema, AppName: appName, MaxConns: maxConns}
-		pool, err := engine.Connect(ctx, opts)
-		if err != nil {
-			if !later || !engine.Unreachable(err) || ctx.Err() != nil {
-				d.Close()
-				if !later {
-					err = fmt.Errorf("%w (%s needs every server of the pool to answer)", err, strings.TrimPrefix(appName, "pooltop-"))
-				}
-				return nil, err
-			}
-			if pool, err = engine.ConnectLater(opts); err != nil {
-				d.Close()
-				return nil, err
-			}
-			fmt.Fprintf(g.stderr, "pooltop: %s does not answer: going on with the other servers, and trying it again\n", serverAddr(dsn))
-		}
-		d.pools = append(d.pools, pool)
-		targets = append(targets, engine.Target{Addr: serverAddr(dsn), Eng: engine.New(pool)})
-	}
-	s, err := engine.OpenServers(ctx, targets)
-	if err != nil {
-		d.Close()
-		return nil, err
-	}
-	d.s = s
-	return d, nil
-}

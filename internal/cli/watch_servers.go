@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/pooltop-dev/pooltop/collector"
-	"github.com/pooltop-dev/pooltop/engine"
 )
 
 // validateServers checks watch's flags for several servers: each server's
@@ -25,8 +24,8 @@ func (o *watchOptions) validateServers(g *globals) error {
 	return o.sink.validate()
 }
 
-// watchServers is the source of a watch over several servers: each
-// server's collector, named by its mark where it has one.
+// watchServers is the source of a watch over several pools: each one's
+// collector, named by its place in the list (#1, #2 …).
 func (o *watchOptions) watchServers(g *globals) *collector.Servers {
 	members := make([]collector.Member, len(g.servers))
 	for i, dsn := range g.servers {
@@ -39,35 +38,15 @@ func (o *watchOptions) watchServers(g *globals) *collector.Servers {
 			if err != nil {
 				return nil, "", err
 			}
-			return col, readMarkName(ctx, g, dsn), nil
+			return col, "", nil
 		}}
 	}
 	return collector.NewServers(members, collector.ServersConfig{})
 }
 
-// readMarkName is the server's name in its pool's mark, "" where it has
-// none or cannot be read.
-func readMarkName(ctx context.Context, g *globals, dsn string) string {
-	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: dsn, From: "--dsn", Schema: g.schema, AppName: "pooltop-watch", MaxConns: 1})
-	if err != nil {
-		return ""
-	}
-	defer pool.Close()
-	m, err := engine.New(pool).ReadMark(ctx)
-	if err != nil {
-		return ""
-	}
-	return m.Name
-}
-
-// markName is the server's name as watch and doctor show it: its mark, or
-// its place in the list (#3) where it has none.
-func markName(ctx context.Context, g *globals, dsn string, i int) string {
-	if name := readMarkName(ctx, g, dsn); name != "" {
-		return name
-	}
-	return "#" + strconv.Itoa(i+1)
-}
+// markName is the server's name as watch and doctor show it: its place in
+// the list (#3).
+func markName(_ context.Context, _ *globals, _ string, i int) string { return "#" + strconv.Itoa(i+1) }
 
 // serverRows are the text lines of each server of a snapshot over several
 // (its errors masked already: see redacted).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,7 +34,7 @@ type workOptions struct {
 }
 
 func newWorkCmd(g *globals) *cobra.Command {
-	return onServers(g.command(&workOptions{}, &cobra.Command{
+	return g.command(&workOptions{}, &cobra.Command{
 		Use:   "work --dsn URL",
 		Short: "Run workers as a process of their own, one of a fleet on one pool",
 		Long: `Run a scenario's workers (and, unless --no-reaper, a reaper) against the pool
@@ -56,7 +55,7 @@ workers claim on a server drawn at random and go round the others when it
 is empty or does not answer; each lease's renew and commit go to its
 server; the reaper reaps every server; the process registers on each. A
 server down at the start is tried again until it answers.`,
-	}))
+	})
 }
 
 func (o *workOptions) addFlags(c *cobra.Command, g *globals) {
@@ -83,10 +82,7 @@ func (o *workOptions) addFlags(c *cobra.Command, g *globals) {
 }
 
 func (o *workOptions) validate(g *globals) error {
-	if len(g.servers) > 0 && o.history != "" {
-		return usageError{errors.New("--history records one server's operations: on a pool over several servers, leave it out")}
-	}
-	if g.dsn == "" && len(g.servers) == 0 {
+	if g.dsn == "" {
 		return usageError{errors.New("--dsn is required: pooltop work joins a fleet on a shared database, and a command that generates load never takes its server from DATABASE_URL or PG*")}
 	}
 	if o.name == "" || len(o.name) > 200 {
@@ -148,21 +144,9 @@ type workSummary struct {
 
 func (o *workOptions) run(ctx context.Context, g *globals) error {
 	var eng workload.Engine
-	var fleet []*engine.Engine // where the process registers: every server
+	var fleet []*engine.Engine // where the process registers
 	var where string
-	if len(g.servers) > 0 {
-		d, err := g.openServers(ctx, "pooltop-work", int32(o.maxConns), true)
-		if err != nil {
-			return err
-		}
-		defer d.Close()
-		eng = d.s
-		var addrs []string
-		for _, m := range d.s.Members() {
-			fleet, addrs = append(fleet, m.Eng), append(addrs, m.Addr)
-		}
-		where = fmt.Sprintf("%d servers (%s)", len(addrs), strings.Join(addrs, ", "))
-	} else {
+	{
 		d, err := g.open(ctx, openOptions{appName: "pooltop-work", maxConns: int32(o.maxConns), write: true, migrate: true, load: true})
 		if err != nil {
 			return err
@@ -197,9 +181,6 @@ func (o *workOptions) run(ctx context.Context, g *globals) error {
 	}
 	host, _ := os.Hostname()
 	p := engine.Process{Name: o.name, Host: host, PID: os.Getpid(), RunID: wl.RunID(), Workers: o.cfg.Workers, Heartbeat: o.heartbeat}
-	// On a pool over several servers the process registers on each, so that
-	// watch on any one of them shows the fleet; a server that does not
-	// answer is left out of the registry until its heartbeat reaches it.
 	registered := 0
 	for _, e := range fleet {
 		err := e.Register(ctx, p)

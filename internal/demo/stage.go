@@ -78,16 +78,6 @@ func (o oneServer) Fill(ctx context.Context, n int) error {
 	return err
 }
 
-// SeveralServers is a pool over several servers.
-func SeveralServers(s *engine.Servers) Pool { return severalServers{s} }
-
-type severalServers struct{ *engine.Servers }
-
-func (s severalServers) Fill(ctx context.Context, n int) error {
-	_, err := s.Seed(ctx, n)
-	return err
-}
-
 // Config is the workload's knobs in force.
 func (s *Stage) Config() workload.Config { return s.Workload.Config() }
 
