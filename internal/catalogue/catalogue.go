@@ -167,17 +167,17 @@ func Alerts(a collector.AlertConfig) []Alert {
 		},
 	}, {
 		Name: collector.AlertServerUnreachable, Severity: SeverityPage, Rule: "PooltopServerUnreachable",
-		Meaning: "In a watch over several servers, one server does not answer: its ids cannot be claimed, and its held leases wait for it to return (claims go on at the others).",
+		Meaning: "A node of the Citus cluster (or, in a watch over several pools, a pool's server) does not answer: the ids of its shards cannot be claimed, and its held leases wait for it to return (claims go on at the other nodes' shards).",
 		Figure:  "whether each server answered the last poll (servers[].reachable; pooltop_server_up{server})",
 		Flag:    "none", Threshold: "one failed poll",
 		Raise: "at the first poll the server does not answer (it is tried again every 5 s)",
 		Clear: "at the first poll it answers again",
 		Expr:  "pooltop_server_up == 0", For: "1m",
 		Runbook: Runbook{
-			First:  "the server's row: the error it gives (refused, timeout, authentication, shutting down)",
-			Causes: "the server is down, restarting or in crash recovery; a network partition; max_connections reached; a changed password",
-			Do:     "bring the server back; its expired leases are reclaimed by the reaper once it answers, and verify audits all servers afterwards",
-			Tools:  "watch --dsn A --dsn B … (a row per server); pooltop verify --dsn A --dsn B …",
+			First:  "the node's row: the error it gives (refused, timeout, authentication, shutting down)",
+			Causes: "the node is down, restarting or in crash recovery; a network partition; max_connections reached; a changed password",
+			Do:     "bring the node back; its expired leases are reclaimed by the reaper once it answers; then pooltop verify",
+			Tools:  "pooltop watch on the coordinator (a row per node); pooltop doctor (citus_nodes); pooltop verify",
 		},
 	}}
 }
