@@ -312,7 +312,7 @@ func New(ctx context.Context, cfg Config) (*Collector, error) {
 	for _, s := range allSeries {
 		c.series[s] = NewHistory(cfg.History)
 	}
-	if err := c.waitOutLocks(ctx, func() error { return c.resolve(ctx, schema, table) }); err != nil {
+	if err := c.namingLockHolders(ctx, func() error { return c.resolve(ctx, schema, table) }); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -344,7 +344,6 @@ func (c *Collector) Config() Config { return c.cfg }
 var ErrNoTable = errors.New("table not found")
 
 func (c *Collector) resolve(ctx context.Context, schema, table string) error {
-	c.t = target{} // afresh when sent again after a lock timeout
 	t := &c.t
 	t.schema, t.name = schema, table
 	t.qualified = pgx.Identifier{schema, table}.Sanitize()
@@ -597,12 +596,11 @@ func (c *Collector) startsInStages() bool {
 // Poll reads every signal once and returns the snapshot. All queries go in
 // one batch, a single round trip: on a busy server each round trip waits for
 // a CPU, so their number, more than their cost, decides how long a poll
-// takes. A poll whose reads wait out lock_timeout is sent again, up to
-// lockAttempts times. On error the collector keeps its history; the
-// caller shows the error and polls again.
+// takes. On error the collector keeps its history; the caller shows the
+// error and polls again.
 func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	var s Snapshot
-	err := c.waitOutLocks(ctx, func() (err error) {
+	err := c.namingLockHolders(ctx, func() (err error) {
 		if c.t.citus {
 			s, err = c.pollCitus(ctx)
 			return err
@@ -613,33 +611,27 @@ func (c *Collector) Poll(ctx context.Context) (Snapshot, error) {
 	return s, err
 }
 
-// waitOutLocks runs read, and again while it fails on lock_timeout, up to
-// lockAttempts times; the last such failure names the lock's holders.
-func (c *Collector) waitOutLocks(ctx context.Context, read func() error) error {
-	for attempt := 1; ; attempt++ {
-		err := read()
-		if err == nil || !lockTimedOut(err) || ctx.Err() != nil {
-			return err
-		}
-		if attempt == lockAttempts {
-			return c.lockHolders(ctx, err, attempt)
-		}
+// namingLockHolders runs read; when it fails on lock_timeout, the error
+// names who holds the lock.
+func (c *Collector) namingLockHolders(ctx context.Context, read func() error) error {
+	err := read()
+	if err != nil && lockTimedOut(err) && ctx.Err() == nil {
+		return c.lockHolders(ctx, err)
 	}
+	return err
 }
 
-// lockAttempts is how many times a poll is sent while its reads wait out
-// lock_timeout (100 ms) behind another session's ACCESS EXCLUSIVE lock:
-// about a second in all. Such locks are as a rule brief — autovacuum
-// truncating the empty pages at the end of the pool's table or of a
-// catalog (pg_class, pg_attribute) holds one for milliseconds, longer
-// only when the server's CPUs are busy — and the poll waits them out
-// instead of showing an error; a lock held longer (a DDL, a LOCK TABLE)
-// fails the poll with the name of who holds it.
-const lockAttempts = 10
-
-// lockTimeoutMS is the collector's lock_timeout: a read never queues long
-// behind a lock, nor makes the sessions behind it wait.
-const lockTimeoutMS = 100
+// lockTimeoutMS is the collector's lock_timeout. A read waits out a brief
+// ACCESS EXCLUSIVE lock — autovacuum truncating the empty pages at the end
+// of the pool's table or of a catalog (pg_class, pg_attribute) holds one
+// for milliseconds, longer when the server's CPUs are busy, and a poll
+// that failed on it showed an error for nothing — while a lock held longer
+// (a DDL, a LOCK TABLE) fails the poll with the name of who holds it. A
+// read waiting for ACCESS SHARE makes no session wait but another one
+// asking for ACCESS EXCLUSIVE, which waits for the holder anyway. (A poll
+// sent again after a shorter timeout would find its counters' plans
+// advanced by the attempt that failed.)
+const lockTimeoutMS = 1000
 
 // lockTimedOut says err is a statement canceled by lock_timeout.
 func lockTimedOut(err error) bool {
@@ -647,11 +639,11 @@ func lockTimedOut(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03" // lock_not_available
 }
 
-// lockHolders is err, the poll's last lock timeout after attempts tries,
-// with the sessions that hold an ACCESS EXCLUSIVE lock on a relation of
-// this database or a shared catalog: who the on-call engineer must look
-// at. Their queries are masked as the dashboard's are.
-func (c *Collector) lockHolders(ctx context.Context, err error, attempts int) error {
+// lockHolders is err, a read's lock timeout, with the sessions that hold
+// an ACCESS EXCLUSIVE lock on a relation of this database or a shared
+// catalog: who the on-call engineer must look at. Their queries are
+// masked as the dashboard's are.
+func (c *Collector) lockHolders(ctx context.Context, err error) error {
 	rows, qerr := c.pool.Query(ctx, `SELECT l.pid, coalesce(nullif(a.backend_type, 'client backend'), a.application_name, ''),
        coalesce(l.relation::regclass::text, l.relation::text), coalesce(a.query, '')
 FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
@@ -685,7 +677,7 @@ ORDER BY l.pid, l.relation LIMIT 3`)
 	if len(held) > 0 {
 		what = strings.Join(held, "; ")
 	}
-	return fmt.Errorf("%w (waited on a lock %d times, %d ms each; %s)", err, attempts, lockTimeoutMS, what)
+	return fmt.Errorf("%w (waited %d ms on a lock; %s)", err, lockTimeoutMS, what)
 }
 
 // poll is one attempt of Poll.
