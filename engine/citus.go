@@ -276,27 +276,9 @@ func (e *Engine) reapShard(ctx context.Context, db DBTX, res *ReapResult, v int3
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id int64
-		var expired *time.Time
-		var at time.Time
-		var held bool
-		if err := rows.Scan(&id, &expired, &at, &held); err != nil {
+		if err := res.scan(rows); err != nil {
 			return err
 		}
-		if held {
-			res.Held = append(res.Held, id)
-			if res.at.IsZero() || at.Before(res.at) {
-				res.at = at
-			}
-			continue
-		}
-		res.IDs = append(res.IDs, id)
-		r := reapedAt{reclaimed: at}
-		if expired != nil {
-			r.expired = *expired
-			res.MaxLag = max(res.MaxLag, at.Sub(*expired))
-		}
-		res.expired = append(res.expired, r)
 	}
 	return rows.Err()
 }

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pooltop-dev/pooltop/internal/startstop"
 )
 
@@ -119,31 +121,44 @@ func (e *Engine) reap(ctx context.Context, p *LeaseReapParams) (ReapResult, erro
 	defer rows.Close()
 	var res ReapResult
 	for rows.Next() {
-		var id int64
-		var expired *time.Time
-		var at time.Time
-		var held bool
-		if err := rows.Scan(&id, &expired, &at, &held); err != nil {
+		if err := res.scan(rows); err != nil {
 			return ReapResult{}, fmt.Errorf("reap: %w", err)
 		}
-		if held {
-			res.Held = append(res.Held, id)
-			res.at = at
-			continue
-		}
-		res.IDs = append(res.IDs, id)
-		r := reapedAt{reclaimed: at}
-		if expired != nil {
-			r.expired = *expired
-			res.MaxLag = max(res.MaxLag, at.Sub(*expired))
-		}
-		res.expired = append(res.expired, r)
 	}
 	if err := rows.Err(); err != nil {
 		return ReapResult{}, dbError("reap", err)
 	}
 	res.Reclaimed = len(res.IDs)
 	return res, nil
+}
+
+// scan adds one row of a reap statement to res: a lease reclaimed (its
+// expiry, when the statement took it) or one passed over because its row
+// was held (the earliest statement time of those is kept: on Citus each
+// shard's node reads its own).
+func (res *ReapResult) scan(row pgx.Row) error {
+	var id int64
+	var expired *time.Time
+	var at time.Time
+	var held bool
+	if err := row.Scan(&id, &expired, &at, &held); err != nil {
+		return err
+	}
+	if held {
+		res.Held = append(res.Held, id)
+		if res.at.IsZero() || at.Before(res.at) {
+			res.at = at
+		}
+		return nil
+	}
+	res.IDs = append(res.IDs, id)
+	r := reapedAt{reclaimed: at}
+	if expired != nil {
+		r.expired = *expired
+		res.MaxLag = max(res.MaxLag, at.Sub(*expired))
+	}
+	res.expired = append(res.expired, r)
+	return nil
 }
 
 // ReaperConfig configures a Reaper. Zero fields take the defaults.
