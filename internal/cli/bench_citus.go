@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -10,9 +9,7 @@ import (
 	"time"
 
 	"github.com/pooltop-dev/pooltop/engine"
-	"github.com/pooltop-dev/pooltop/internal/pgembed"
 	"github.com/pooltop-dev/pooltop/internal/servercost"
-	"github.com/pooltop-dev/pooltop/migrations"
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
@@ -49,18 +46,11 @@ func (o *benchOptions) runCitus(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(g.stderr, "pooltop: starting a throwaway Citus cluster: a coordinator and two workers")
-	cluster, err := pgembed.StartCitus(ctx, pgembed.Options{}, 2)
-	if errors.Is(err, pgembed.ErrNoCitus) {
-		return fmt.Errorf("--citus: %w: %s", err, pgembed.CitusAdvice)
-	}
+	cluster, err := startCitus(ctx, g, nil)
 	if err != nil {
-		return fmt.Errorf("--citus: start the cluster: %w", err)
-	}
-	defer func() { _ = cluster.Stop() }()
-	if _, err := g.migrate(ctx, cluster.DSN(), "--citus", migrations.Options{}); err != nil {
 		return err
 	}
+	defer func() { _ = cluster.Stop() }()
 	nodes := []string{cluster.DSN()}
 	for _, w := range cluster.Workers {
 		nodes = append(nodes, w.DSN())

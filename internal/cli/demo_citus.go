@@ -2,17 +2,12 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
 	"github.com/pooltop-dev/pooltop/internal/demo"
-	"github.com/pooltop-dev/pooltop/internal/pgembed"
-	"github.com/pooltop-dev/pooltop/migrations"
 	"github.com/pooltop-dev/pooltop/workload"
 )
 
@@ -23,23 +18,12 @@ import (
 // starts it again.
 func (o *demoOptions) runCitus(ctx context.Context, g *globals, metrics *metricsServer) error {
 	cfg := o.cfg
-	fmt.Fprintln(g.stderr, "pooltop: starting a throwaway Citus cluster: a coordinator and two workers")
 	start := time.Now()
-	cluster, err := pgembed.StartCitus(ctx, pgembed.Options{}, 2)
-	if errors.Is(err, pgembed.ErrNoCitus) {
-		return fmt.Errorf("--citus: %w: %s", err, pgembed.CitusAdvice)
-	}
+	cluster, err := startCitus(ctx, g, nil)
 	if err != nil {
-		return fmt.Errorf("--citus: start the cluster: %w", err)
+		return err
 	}
 	defer func() { _ = cluster.Stop() }()
-	ccfg, err := pgx.ParseConfig(cluster.DSN())
-	if err != nil {
-		return err
-	}
-	if _, err := migrations.Apply(ctx, ccfg, g.schema, migrations.Options{}); err != nil {
-		return err
-	}
 	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: cluster.DSN(), From: "--citus", Schema: g.schema, AppName: "pooltop-workload", MaxConns: int32(o.maxConns)})
 	if err != nil {
 		return err

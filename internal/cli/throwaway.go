@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -62,4 +63,24 @@ func cores(v []float64) string {
 		parts = append(parts, fmt.Sprintf("%.2f", c))
 	}
 	return strings.Join(parts, " + ")
+}
+
+// startCitus starts a throwaway Citus cluster (a coordinator and two
+// workers on loopback, with settings) and migrates g.schema on its
+// coordinator. Where Citus is not installed it says in one line how to get
+// it. The caller stops the cluster.
+func startCitus(ctx context.Context, g *globals, settings map[string]string) (*pgembed.Cluster, error) {
+	fmt.Fprintln(g.stderr, "pooltop: starting a throwaway Citus cluster: a coordinator and two workers")
+	cluster, err := pgembed.StartCitus(ctx, pgembed.Options{Settings: settings}, 2)
+	if errors.Is(err, pgembed.ErrNoCitus) {
+		return nil, fmt.Errorf("--citus: %w: %s", err, pgembed.CitusAdvice)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--citus: start the cluster: %w", err)
+	}
+	if _, err := g.migrate(ctx, cluster.DSN(), "--citus", migrations.Options{}); err != nil {
+		_ = cluster.Stop()
+		return nil, err
+	}
+	return cluster, nil
 }
