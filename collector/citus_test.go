@@ -7,13 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/pooltop-dev/pooltop/collector"
 	"github.com/pooltop-dev/pooltop/engine"
-	"github.com/pooltop-dev/pooltop/internal/pgembed"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
-	"github.com/pooltop-dev/pooltop/migrations"
 )
 
 // watch on a pool Citus distributes: the counts by state are the truth
@@ -23,21 +19,9 @@ import (
 // test's own.
 func TestWatchCitus(t *testing.T) {
 	t.Parallel()
-	pgtest.CitusDSN(t) // skips where Citus is not installed, as the other Citus tests
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cluster, err := pgembed.StartCitus(ctx, pgembed.Options{Database: "pooltop_test"}, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Stop()
-	cfg, err := pgx.ParseConfig(cluster.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrations.Apply(ctx, cfg, "public", migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	cluster := pgtest.OwnCitusCluster(t, ctx)
 	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: cluster.DSN(), MaxConns: 4})
 	if err != nil {
 		t.Fatal(err)

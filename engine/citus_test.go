@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pooltop-dev/pooltop/engine"
-	"github.com/pooltop-dev/pooltop/internal/pgembed"
 	"github.com/pooltop-dev/pooltop/internal/pgtest"
 	"github.com/pooltop-dev/pooltop/migrations"
 )
@@ -359,21 +358,9 @@ func TestCitusNodeStoppedHard(t *testing.T) {
 
 func citusNodeStoppedHard(t *testing.T, direct bool) {
 	t.Parallel()
-	pgtest.CitusDSN(t) // skips where Citus is not installed, as the other tests
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cluster, err := pgembed.StartCitus(ctx, pgembed.Options{Database: "pooltop_test"}, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Stop()
-	cfg, err := pgx.ParseConfig(cluster.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrations.Apply(ctx, cfg, "public", migrations.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	cluster := pgtest.OwnCitusCluster(t, ctx)
 	pool, err := engine.Connect(ctx, engine.ConnOptions{DSN: cluster.DSN(), MaxConns: 8, StatementTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)

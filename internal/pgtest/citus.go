@@ -132,3 +132,24 @@ func CitusConn(t testing.TB, schema string) *pgx.Conn {
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
 }
+
+// OwnCitusCluster starts a cluster for the test alone (a coordinator and
+// two workers, the pool migrated in public on the coordinator), for a test
+// that stops its nodes; it is stopped at cleanup. It skips as CitusDSN does.
+func OwnCitusCluster(t testing.TB, ctx context.Context) *pgembed.Cluster {
+	t.Helper()
+	CitusDSN(t)
+	cluster, err := pgembed.StartCitus(ctx, pgembed.Options{Database: "pooltop_test"}, 2)
+	if err != nil {
+		t.Fatalf("pgtest: start a Citus cluster: %v", err)
+	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+	cfg, err := pgx.ParseConfig(cluster.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Apply(ctx, cfg, "public", migrations.Options{}); err != nil {
+		t.Fatalf("pgtest: migrate on Citus: %v", err)
+	}
+	return cluster
+}
